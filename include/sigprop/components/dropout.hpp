@@ -1,0 +1,44 @@
+// sigprop/components/dropout.hpp -- inverted dropout with probability p:
+// y = x * m / (1 - p), m ~ Bernoulli(1 - p) independent per entry.
+//
+// Reference: Kedia et al. (ICML 2024), appendix B.3 (A.3 later). Exact:
+//   E[y] = mu,  Var[y] = (s^2 + p mu^2)/(1 - p),
+//   covariances between distinct entries are unchanged (independent masks), so
+//   r_out = r s^2 (1 - p)/(s^2 + p mu^2) along length and along the hidden axis;
+//   backward dx = g m/(1 - p): Var[dx] = Var[g]/(1 - p), covariance unchanged,
+//   so r_g,in = (1 - p) r_g.
+#pragma once
+
+#include "sigprop/core/component.hpp"
+
+namespace sigprop {
+
+template <class T = double>
+class Dropout : public Component<Dropout<T>, T> {
+ public:
+  static constexpr const char* name = "sigprop::Dropout";
+
+  explicit Dropout(T p) : p_(p) { require_probability(name, "p", p_); }
+
+  const T& p() const { return p_; }
+
+  Moments<T> forward_impl(const Moments<T>& in) const {
+    const T keep = 1 - p_;
+    Moments<T> out;
+    out.mean = in.mean;
+    out.var = (in.var + p_ * in.mean * in.mean) / keep;
+    // Cov is unchanged, so r_out = Cov / Var[y]; Var[y] = 0 only for a constant 0 input.
+    out.corr_len = math::ratio_or(in.corr_len * in.var, out.var, 0);
+    out.corr_dim = math::ratio_or(in.corr_dim * in.var, out.var, 0);
+    return out;
+  }
+
+  GradMoments<T> backward_impl(const Moments<T>&, const GradMoments<T>& g) const {
+    return {g.var / (1 - p_), (1 - p_) * g.corr_len};
+  }
+
+ private:
+  T p_;
+};
+
+}  // namespace sigprop

@@ -1,0 +1,62 @@
+// sigprop/core/component.hpp -- the interface every component, block and stack
+// shares (the `stax` layer shape of neural-tangents: same two maps everywhere).
+//
+//   Moments<T>     forward(const Moments<T>& in) const;
+//   GradMoments<T> backward(const Moments<T>& in, const GradMoments<T>& grad_out) const;
+//
+// `backward` receives the forward *input* moments because several backward
+// maps depend on them (ReLU on r, LayerNorm on the input variance, GeLU on
+// the input variance and r). Derived types implement forward_impl and
+// backward_impl and a `static constexpr const char* name` used in error
+// messages; this base validates inputs and results in one place.
+#pragma once
+
+#include "sigprop/core/math.hpp"
+#include "sigprop/core/moments.hpp"
+#include "sigprop/core/validate.hpp"
+
+namespace sigprop {
+
+template <class Derived, class T>
+class Component {
+ public:
+  using value_type = T;
+
+  Moments<T> forward(const Moments<T>& in) const {
+    require_moments(Derived::name, in);
+    self().require_input(in);
+    Moments<T> out = self().forward_impl(in);
+    return checked(Derived::name, out);
+  }
+
+  GradMoments<T> backward(const Moments<T>& in, const GradMoments<T>& grad_out) const {
+    require_moments(Derived::name, in);
+    require_grad_moments(Derived::name, grad_out);
+    self().require_input(in);
+    GradMoments<T> out = self().backward_impl(in, grad_out);
+    check_result(Derived::name, "grad_var", out.var);
+    check_result(Derived::name, "grad_corr_len", out.corr_len);
+    out.corr_len = math::clamp_correlation(out.corr_len);
+    return out;
+  }
+
+  /// Extra input preconditions of a component (none by default).
+  void require_input(const Moments<T>&) const {}
+
+ protected:
+  static Moments<T> checked(const char* function, Moments<T> out) {
+    check_result(function, "mean", out.mean);
+    check_result(function, "var", out.var);
+    check_result(function, "corr_len", out.corr_len);
+    check_result(function, "corr_dim", out.corr_dim);
+    out.var = math::clamp_nonnegative(out.var);
+    out.corr_len = math::clamp_correlation(out.corr_len);
+    out.corr_dim = math::clamp_correlation(out.corr_dim);
+    return out;
+  }
+
+ private:
+  const Derived& self() const { return static_cast<const Derived&>(*this); }
+};
+
+}  // namespace sigprop

@@ -1,0 +1,38 @@
+// sigprop/core/lanes.hpp -- uniform access to scalar and batched values.
+//
+// A moment value T is either a scalar (double, float) or an Eigen array whose
+// lanes are independent configurations. Validation walks the lanes so that it
+// can report the first offending one; the formulas never need this.
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+
+#include <Eigen/Core>
+
+namespace sigprop {
+
+template <class T>
+inline constexpr bool is_scalar_v = std::is_arithmetic_v<T>;
+
+template <class T>
+std::size_t lane_count(const T& x) {
+  if constexpr (is_scalar_v<T>) {
+    (void)x;
+    return 1;
+  } else {
+    return static_cast<std::size_t>(x.size());
+  }
+}
+
+template <class T>
+auto lane(const T& x, std::size_t i) {
+  if constexpr (is_scalar_v<T>) {
+    (void)i;
+    return x;
+  } else {
+    return x(static_cast<Eigen::Index>(i));
+  }
+}
+
+}  // namespace sigprop

@@ -1,0 +1,102 @@
+// sigprop/core/validate.hpp -- input checks shared by every component.
+//
+// Each check names the function, the parameter, the offending value and the
+// valid range in its message (see errors.hpp). Batched values are checked lane
+// by lane and the first failing lane is reported.
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include "sigprop/core/errors.hpp"
+#include "sigprop/core/lanes.hpp"
+#include "sigprop/core/moments.hpp"
+
+namespace sigprop {
+
+namespace detail {
+
+template <class T, class Pred>
+void require(const char* function, const char* parameter, const T& value, Pred ok,
+             const std::string& range) {
+  for (std::size_t i = 0; i < lane_count(value); ++i) {
+    const double v = static_cast<double>(lane(value, i));
+    if (!ok(v)) raise_domain(function, parameter, v, range);
+  }
+}
+
+}  // namespace detail
+
+/// Finite value of any sign.
+template <class T>
+void require_finite(const char* function, const char* parameter, const T& x) {
+  detail::require(function, parameter, x, [](double v) { return std::isfinite(v); },
+                  "(-inf, inf)");
+}
+
+/// Variance: finite and >= 0.
+template <class T>
+void require_variance(const char* function, const char* parameter, const T& x) {
+  detail::require(function, parameter, x,
+                  [](double v) { return std::isfinite(v) && v >= 0; }, "[0, inf)");
+}
+
+/// Strictly positive finite value (a variance that is divided by, a scale).
+template <class T>
+void require_positive(const char* function, const char* parameter, const T& x) {
+  detail::require(function, parameter, x,
+                  [](double v) { return std::isfinite(v) && v > 0; }, "(0, inf)");
+}
+
+/// Correlation in [-1, 1].
+template <class T>
+void require_correlation(const char* function, const char* parameter, const T& x) {
+  detail::require(function, parameter, x, [](double v) { return v >= -1 && v <= 1; },
+                  "[-1, 1]");
+}
+
+/// Dropout probability in [0, 1): inverted dropout has a pole at p = 1.
+template <class T>
+void require_probability(const char* function, const char* parameter, const T& x) {
+  detail::require(function, parameter, x, [](double v) { return v >= 0 && v < 1; },
+                  "[0, 1)");
+}
+
+/// Width, length or count: finite and >= `min` (1 unless a formula needs more).
+template <class T>
+void require_width(const char* function, const char* parameter, const T& x, double min = 1) {
+  detail::require(function, parameter, x,
+                  [min](double v) { return std::isfinite(v) && v >= min; },
+                  "[" + detail::format_number(min) + ", inf)");
+}
+
+/// Forward moments entering `function`.
+template <class T>
+void require_moments(const char* function, const Moments<T>& m) {
+  require_finite(function, "mean", m.mean);
+  require_variance(function, "var", m.var);
+  require_correlation(function, "corr_len", m.corr_len);
+  require_correlation(function, "corr_dim", m.corr_dim);
+}
+
+/// Gradient moments entering `function`'s backward map.
+template <class T>
+void require_grad_moments(const char* function, const GradMoments<T>& g) {
+  require_variance(function, "grad_var", g.var);
+  require_correlation(function, "grad_corr_len", g.corr_len);
+}
+
+/// Results: every value finite (else overflow_error), correlations clamped to
+/// [-1, 1] against rounding (a drift of more than 1e-9 is a bug and throws).
+template <class T>
+void check_result(const char* function, const char* quantity, const T& x) {
+  for (std::size_t i = 0; i < lane_count(x); ++i) {
+    const double v = static_cast<double>(lane(x, i));
+    if (!std::isfinite(v))
+      detail::raise_overflow(function, quantity, v,
+                             "the input moments are outside the range this closed form can "
+                             "represent");
+  }
+}
+
+}  // namespace sigprop

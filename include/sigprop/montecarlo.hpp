@@ -1,0 +1,14 @@
+// sigprop/montecarlo.hpp -- umbrella header of the Monte Carlo simulator: the
+// empirical twin of every closed form, with real random weights and inputs
+// and real backpropagation.
+#pragma once
+
+#include "sigprop/sigprop.hpp"
+
+#include "sigprop/montecarlo/random.hpp"
+#include "sigprop/montecarlo/sampler.hpp"
+#include "sigprop/montecarlo/statistics.hpp"
+#include "sigprop/montecarlo/validation.hpp"
+
+#include "sigprop/montecarlo/components/dropout.hpp"
+#include "sigprop/montecarlo/components/linear.hpp"

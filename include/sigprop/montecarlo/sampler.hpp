@@ -1,0 +1,49 @@
+// sigprop/montecarlo/sampler.hpp -- inputs with prescribed moments.
+//
+// The validation setting of Kedia et al. (ICML 2024), appendix E: entries of
+// an L x d tensor are Gaussian with a compound-symmetric covariance along
+// length (variance s^2 on the diagonal, r s^2 off it), independently per
+// hidden unit; optionally also correlated along the hidden axis (r^d):
+//   x_ij = mu + sqrt(r s^2) a_j + sqrt(r^d s^2) b_i + sqrt((1 - r - r^d) s^2) e_ij
+// with a, b, e i.i.d. N(0, 1). This needs r, r^d >= 0 and r + r^d <= 1.
+#pragma once
+
+#include <cmath>
+
+#include <Eigen/Core>
+
+#include "sigprop/core/moments.hpp"
+#include "sigprop/core/validate.hpp"
+#include "sigprop/montecarlo/random.hpp"
+
+namespace sigprop::montecarlo {
+
+/// L x d matrix with the given forward moments (rows are positions).
+inline Eigen::MatrixXd sample_activations(Eigen::Index seq_len, Eigen::Index width,
+                                          const Moments<double>& m, Random& rng) {
+  constexpr const char* fn = "sigprop::montecarlo::sample_activations";
+  require_width(fn, "seq_len", static_cast<double>(seq_len));
+  require_width(fn, "width", static_cast<double>(width));
+  require_moments(fn, m);
+  sigprop::detail::require(fn, "corr_len", m.corr_len, [](double v) { return v >= 0; },
+                  "[0, 1] (a simulated input needs a non-negative correlation)");
+  sigprop::detail::require(
+      fn, "corr_dim", m.corr_dim, [&](double v) { return v >= 0 && v + m.corr_len <= 1; },
+                  "[0, 1 - corr_len]");
+  const double a = std::sqrt(m.corr_len * m.var);
+  const double b = std::sqrt(m.corr_dim * m.var);
+  const double e = std::sqrt((1 - m.corr_len - m.corr_dim) * m.var);
+  Eigen::MatrixXd x = rng.normal_matrix(seq_len, width, e * e);
+  if (a > 0) x.rowwise() += a * rng.normal_matrix(1, width).row(0);
+  if (b > 0) x.colwise() += b * rng.normal_matrix(seq_len, 1).col(0);
+  x.array() += m.mean;
+  return x;
+}
+
+/// L x d upstream gradient with the given moments (zero mean).
+inline Eigen::MatrixXd sample_gradient(Eigen::Index seq_len, Eigen::Index width,
+                                       const GradMoments<double>& g, Random& rng) {
+  return sample_activations(seq_len, width, Moments<double>{0, g.var, g.corr_len, 0}, rng);
+}
+
+}  // namespace sigprop::montecarlo

@@ -1,0 +1,161 @@
+// sigprop/montecarlo/statistics.hpp -- measuring moments of simulated tensors.
+//
+// The statistics of Kedia et al. (ICML 2024), appendix E, measured over
+// independent trials (fresh weights and inputs each):
+//   mean, variance  over all entries;
+//   length covariance = mean over hidden units of the off-diagonal entries of
+//     the L x L second-moment matrix, minus mean^2;
+//   hidden covariance likewise across hidden units within a position.
+// Raw moments are averaged per trial and centred with the mean pooled over all
+// trials, so the estimate has no 1/d bias from a per-trial mean. Standard
+// errors come from the spread across trials (ratios by the delta method).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "sigprop/core/errors.hpp"
+
+namespace sigprop::montecarlo {
+
+/// A measured value with its standard error.
+struct Estimate {
+  double value = 0;
+  double std_error = 0;
+};
+
+/// Measured forward moments.
+struct MomentEstimates {
+  Estimate mean, var, cov_len, cov_dim, corr_len, corr_dim;
+};
+
+/// Measured gradient moments.
+struct GradEstimates {
+  Estimate var, cov_len, corr_len;
+};
+
+namespace detail {
+
+struct RawMoments {
+  double m1 = 0, m2 = 0, len = 0, dim = 0;  // E[x], E[x^2], E[x_i x_k]_len, E[x_j x_k]_dim
+};
+
+inline RawMoments raw_moments(const Eigen::MatrixXd& x) {
+  const double L = static_cast<double>(x.rows()), d = static_cast<double>(x.cols());
+  const double n = L * d;
+  RawMoments r;
+  r.m1 = x.sum() / n;
+  const double sq = x.squaredNorm();
+  r.m2 = sq / n;
+  // sum_j [(sum_i x_ij)^2 - sum_i x_ij^2] / (d L (L - 1))
+  r.len = L > 1 ? (x.colwise().sum().squaredNorm() - sq) / (d * L * (L - 1)) : 0;
+  r.dim = d > 1 ? (x.rowwise().sum().squaredNorm() - sq) / (L * d * (d - 1)) : 0;
+  return r;
+}
+
+inline Estimate mean_estimate(const std::vector<double>& v) {
+  const double n = static_cast<double>(v.size());
+  double s = 0;
+  for (double x : v) s += x;
+  const double mean = s / n;
+  double ss = 0;
+  for (double x : v) ss += (x - mean) * (x - mean);
+  const double se = v.size() > 1 ? std::sqrt(ss / (n - 1) / n)
+                                 : std::numeric_limits<double>::infinity();
+  return {mean, se};
+}
+
+// ratio of means num/den with the delta-method standard error.
+inline Estimate ratio_estimate(const std::vector<double>& num, const std::vector<double>& den) {
+  const Estimate a = mean_estimate(num), b = mean_estimate(den);
+  if (b.value == 0) return {0, std::numeric_limits<double>::infinity()};
+  const double q = a.value / b.value;
+  std::vector<double> lin(num.size());
+  for (std::size_t t = 0; t < num.size(); ++t) lin[t] = (num[t] - q * den[t]) / b.value;
+  return {q, mean_estimate(lin).std_error};
+}
+
+}  // namespace detail
+
+/// Accumulates the statistics of one simulated tensor over trials.
+class MomentAccumulator {
+ public:
+  /// Adds one trial's L x d tensor (rows are positions).
+  void add(const Eigen::MatrixXd& x) { trials_.push_back(detail::raw_moments(x)); }
+
+  std::size_t trials() const { return trials_.size(); }
+
+  MomentEstimates result() const {
+    if (trials_.empty())
+      throw domain_error("sigprop::montecarlo::MomentAccumulator: no trials were added");
+    std::vector<double> m1, var, len, dim;
+    double pooled = 0;
+    for (const auto& t : trials_) pooled += t.m1;
+    pooled /= static_cast<double>(trials_.size());
+    for (const auto& t : trials_) {
+      m1.push_back(t.m1);
+      var.push_back(t.m2 - pooled * pooled);
+      len.push_back(t.len - pooled * pooled);
+      dim.push_back(t.dim - pooled * pooled);
+    }
+    MomentEstimates e;
+    e.mean = detail::mean_estimate(m1);
+    e.var = detail::mean_estimate(var);
+    e.cov_len = detail::mean_estimate(len);
+    e.cov_dim = detail::mean_estimate(dim);
+    e.corr_len = detail::ratio_estimate(len, var);
+    e.corr_dim = detail::ratio_estimate(dim, var);
+    return e;
+  }
+
+  /// Gradient view (the gradient's mean is zero by construction of the
+  /// backward maps; it is still estimated, not assumed).
+  GradEstimates grad_result() const {
+    const MomentEstimates e = result();
+    return {e.var, e.cov_len, e.corr_len};
+  }
+
+ private:
+  std::vector<detail::RawMoments> trials_;
+};
+
+/// What one simulation of a component measured.
+struct SimulationResult {
+  MomentEstimates forward;
+  GradEstimates backward;
+};
+
+/// Where and how long to simulate. Widths a component fixes itself (Linear's
+/// d_in, LayerNorm's d, attention's d_in) override `width`.
+struct SimulationSetup {
+  Eigen::Index seq_len = 256;  ///< L
+  Eigen::Index width = 256;    ///< hidden width of the input for width-free components
+  std::size_t trials = 16;     ///< independent trials (>= 2, for standard errors)
+  std::uint64_t seed = 1;
+};
+
+/// A component's width as a simulation size: a positive integer.
+inline Eigen::Index to_size(const char* function, const char* parameter, double value) {
+  if (!(value >= 1 && value <= 1e9 && std::floor(value) == value))
+    throw domain_error(std::string(function) + ": " + parameter + " = " +
+                       sigprop::detail::format_number(value) +
+                       " is outside the valid range {1, 2, ..., 1e9} (a simulated width)");
+  return static_cast<Eigen::Index>(value);
+}
+
+/// Checks a setup before simulating.
+inline void require_setup(const char* function, const SimulationSetup& s) {
+  to_size(function, "seq_len", static_cast<double>(s.seq_len));
+  to_size(function, "width", static_cast<double>(s.width));
+  if (s.trials < 2)
+    throw domain_error(std::string(function) + ": trials = " + std::to_string(s.trials) +
+                       " is outside the valid range [2, inf) (standard errors need two trials)");
+}
+
+}  // namespace sigprop::montecarlo
