@@ -1,0 +1,125 @@
+// cli/args.hpp -- command-line parsing for the sigprop tool.
+//
+// Flags are `--name value` or `--name=value`. Numbers are parsed in full
+// (no trailing characters) and must be finite; every problem becomes a
+// usage_error whose message names the flag, the value and what is valid.
+#pragma once
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sigprop/core/errors.hpp"
+
+namespace sigprop::cli {
+
+/// Bad command-line usage (exit status 2).
+class usage_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Parsed `--flag value` pairs plus positional words, checked against the
+/// flags a command accepts.
+class Args {
+ public:
+  /// `words` excludes the program and subcommand names. `allowed` lists the
+  /// flags (without dashes) this command accepts; `switches` those that take
+  /// no value.
+  Args(const std::vector<std::string>& words, const std::set<std::string>& allowed,
+       const std::set<std::string>& switches = {}) {
+    for (std::size_t i = 0; i < words.size(); ++i) {
+      const std::string& w = words[i];
+      if (w.size() < 3 || w.compare(0, 2, "--") != 0) {
+        if (!w.empty() && w[0] == '-' && !is_number(w))
+          throw usage_error("unknown option '" + w + "' (options start with --; see --help)");
+        positional_.push_back(w);
+        continue;
+      }
+      std::string name = w.substr(2), value;
+      const auto eq = name.find('=');
+      const bool inline_value = eq != std::string::npos;
+      if (inline_value) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      }
+      if (!allowed.count(name)) throw usage_error("unknown flag --" + name + " (see --help)");
+      if (values_.count(name)) throw usage_error("flag --" + name + " given twice");
+      if (switches.count(name)) {
+        if (inline_value) throw usage_error("flag --" + name + " takes no value");
+        values_[name] = "";
+        continue;
+      }
+      if (!inline_value) {
+        if (i + 1 >= words.size()) throw usage_error("flag --" + name + " needs a value");
+        value = words[++i];
+      }
+      values_[name] = value;
+    }
+  }
+
+  const std::vector<std::string>& positional() const { return positional_; }
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+
+  std::string text(const std::string& name, const std::string& fallback) const {
+    return has(name) ? values_.at(name) : fallback;
+  }
+
+  /// Finite real number.
+  double number(const std::string& name, double fallback) const {
+    if (!has(name)) return fallback;
+    return parse_number(name, values_.at(name));
+  }
+
+  /// Positive integer (a width, a length, a count).
+  double count(const std::string& name, double fallback) const {
+    if (!has(name)) return fallback;
+    const double v = parse_number(name, values_.at(name));
+    if (!(v >= 1 && v <= 1e15 && std::floor(v) == v))
+      throw usage_error("--" + name + " = " + values_.at(name) +
+                        " is outside the valid range: a whole number >= 1");
+    return v;
+  }
+
+  /// One of a fixed set of words.
+  std::string choice(const std::string& name, const std::vector<std::string>& options,
+                     const std::string& fallback) const {
+    if (!has(name)) return fallback;
+    const std::string& v = values_.at(name);
+    for (const auto& o : options)
+      if (v == o) return v;
+    std::string list;
+    for (const auto& o : options) list += (list.empty() ? "" : "|") + o;
+    throw usage_error("--" + name + " = '" + v + "' is not one of " + list);
+  }
+
+  static bool is_number(const std::string& s) {
+    if (s.empty()) return false;
+    char* end = nullptr;
+    errno = 0;
+    std::strtod(s.c_str(), &end);
+    return end == s.c_str() + s.size();
+  }
+
+ private:
+  static double parse_number(const std::string& name, const std::string& s) {
+    char* end = nullptr;
+    errno = 0;
+    const double v = s.empty() ? NAN : std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size() || std::isspace(static_cast<unsigned char>(s[0])))
+      throw usage_error("--" + name + " = '" + s + "' is not a number");
+    if (!std::isfinite(v) || errno == ERANGE)
+      throw usage_error("--" + name + " = " + s + " is outside the valid range: a finite number");
+    return v;
+  }
+
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+}  // namespace sigprop::cli

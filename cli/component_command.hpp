@@ -1,0 +1,127 @@
+// cli/component_command.hpp -- `sigprop component NAME`: one component's
+// forward and backward moments, so a number can be checked without C++.
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "output.hpp"
+#include "sigprop/sigprop.hpp"
+
+namespace sigprop::cli {
+
+struct ComponentResult {
+  Moments<double> forward;
+  GradMoments<double> backward;
+};
+
+namespace detail {
+
+template <class C>
+ComponentResult evaluate(const C& component, const Moments<double>& in,
+                         const GradMoments<double>& grad) {
+  return {component.forward(in), component.backward(in, grad)};
+}
+
+using Evaluator = std::function<ComponentResult(const Args&, const Moments<double>&,
+                                                const GradMoments<double>&)>;
+
+struct ComponentEntry {
+  const char* name;
+  std::set<std::string> flags;  // component parameters
+  const char* help;
+  Evaluator run;
+};
+
+inline const std::vector<ComponentEntry>& component_table() {
+  static const std::vector<ComponentEntry> table = {
+      {"linear", {"d-in", "d-out", "weight-var"},
+       "--d-in N (512) --d-out N (512) --weight-var V (1/d-in)",
+       [](const Args& a, const Moments<double>& in, const GradMoments<double>& g) {
+         const double d_in = a.count("d-in", 512);
+         return evaluate(Linear<double>(d_in, a.count("d-out", 512),
+                                        a.number("weight-var", 1 / d_in)),
+                         in, g);
+       }},
+      {"dropout", {"p"}, "--p P (0.1)",
+       [](const Args& a, const Moments<double>& in, const GradMoments<double>& g) {
+         return evaluate(Dropout<double>(a.number("p", 0.1)), in, g);
+       }},
+  };
+  return table;
+}
+
+inline const ComponentEntry* find_component(const std::string& name) {
+  for (const auto& e : component_table())
+    if (name == e.name) return &e;
+  return nullptr;
+}
+
+}  // namespace detail
+
+inline void component_usage(std::ostream& out) {
+  out << "usage: sigprop component NAME [--mean M] [--var V] [--corr-len R] [--corr-dim R]\n"
+         "                          [--grad-var G] [--grad-corr-len R] [parameters]\n"
+         "                          [--format text|json]\n"
+         "\n"
+         "Forward and backward moments of one component at initialization.\n"
+         "Input defaults: mean 0, var 1, correlations 0, grad-var 1.\n"
+         "\n"
+         "NAME and its parameters (defaults in parentheses; weight variances are per entry):\n";
+  for (const auto& e : detail::component_table())
+    out << "  " << e.name << std::string(12 - std::string(e.name).size(), ' ') << e.help << "\n";
+}
+
+/// Runs `sigprop component ...`; `words` excludes "sigprop component".
+inline int component_command(const std::vector<std::string>& words, std::ostream& out) {
+  static const std::set<std::string> state_flags = {"mean", "var", "corr-len", "corr-dim",
+                                                    "grad-var", "grad-corr-len", "format"};
+  // The component name is the first word that is not a flag or a flag's value.
+  std::string name;
+  if (!words.empty() && words[0].rfind("--", 0) != 0) name = words[0];
+  if (name.empty()) throw usage_error("component: missing NAME (see sigprop component --help)");
+  const detail::ComponentEntry* entry = detail::find_component(name);
+  if (!entry) {
+    std::string names;
+    for (const auto& e : detail::component_table()) names += (names.empty() ? "" : ", ") + std::string(e.name);
+    throw usage_error("component: unknown NAME '" + name + "' (one of " + names + ")");
+  }
+  std::set<std::string> allowed = state_flags;
+  allowed.insert(entry->flags.begin(), entry->flags.end());
+  const Args args(std::vector<std::string>(words.begin() + 1, words.end()), allowed);
+  if (!args.positional().empty())
+    throw usage_error("component: unexpected argument '" + args.positional()[0] + "'");
+  const std::string format = args.choice("format", {"text", "json"}, "text");
+
+  constexpr const char* fn = "sigprop component";
+  Moments<double> in{args.number("mean", 0), args.number("var", 1), args.number("corr-len", 0),
+                     args.number("corr-dim", 0)};
+  GradMoments<double> grad{args.number("grad-var", 1), args.number("grad-corr-len", 0)};
+  require_positive(fn, "--var", in.var);
+  require_correlation(fn, "--corr-len", in.corr_len);
+  require_correlation(fn, "--corr-dim", in.corr_dim);
+  require_positive(fn, "--grad-var", grad.var);
+  require_correlation(fn, "--grad-corr-len", grad.corr_len);
+
+  const ComponentResult r = entry->run(args, in, grad);
+  if (format == "json") {
+    out << "{\"component\": " << quoted(name) << ", \"forward\": {\"mean\": " << exact(r.forward.mean)
+        << ", \"var\": " << exact(r.forward.var) << ", \"corr_len\": " << exact(r.forward.corr_len)
+        << ", \"corr_dim\": " << exact(r.forward.corr_dim) << "}, \"backward\": {\"grad_var\": "
+        << exact(r.backward.var) << ", \"grad_corr_len\": " << exact(r.backward.corr_len) << "}}\n";
+  } else {
+    out << "component " << name << "\n"
+        << "forward   mean " << brief(r.forward.mean) << "  var " << brief(r.forward.var)
+        << "  corr_len " << brief(r.forward.corr_len) << "  corr_dim " << brief(r.forward.corr_dim)
+        << "\n"
+        << "backward  grad_var " << brief(r.backward.var) << "  grad_corr_len "
+        << brief(r.backward.corr_len) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace sigprop::cli

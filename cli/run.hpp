@@ -1,0 +1,97 @@
+// cli/run.hpp -- the sigprop command-line tool as a function, so that tests
+// can call it without a process and without exit().
+//
+// Exit status: 0 success, 2 bad usage or a value outside its valid range
+// (one line on stderr naming the flag, the value and the valid range; nothing
+// on stdout), 3 a result that overflows.
+#pragma once
+
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "component_command.hpp"
+#include "sigprop/core/errors.hpp"
+
+namespace sigprop::cli {
+
+inline constexpr const char* version = "0.1.0";
+
+inline void usage(std::ostream& out) {
+  out << "usage: sigprop <command> [options]\n"
+         "\n"
+         "Closed-form signal propagation through transformers at initialization.\n"
+         "\n"
+         "commands:\n"
+         "  component NAME   forward and backward moments of one component\n"
+         "\n"
+         "Run 'sigprop <command> --help' for the options of a command.\n";
+}
+
+namespace detail {
+
+// Library messages name parameters as in C++ (d_in); the user typed flags
+// (--d-in). Rewrite "name = " to "--flag = " for the flags of the command.
+inline std::string with_flag_names(std::string message) {
+  static const std::vector<std::pair<std::string, std::string>> names = {
+      {"seq_len", "seq"}, {"weight_var", "weight-var"}, {"d_in", "d-in"}, {"d_out", "d-out"},
+      {"d_k", "d-k"}, {"q_var", "q-var"}, {"k_var", "k-var"}, {"v_var", "v-var"},
+      {"vocab", "vocab"}, {"p", "p"}, {"d", "d"}, {"n", "n"}};
+  for (const auto& [param, flag] : names) {
+    const std::string from = ": " + param + " = ";
+    const auto at = message.find(from);
+    if (at != std::string::npos) {
+      message.replace(at, from.size(), ": --" + flag + " = ");
+      break;
+    }
+  }
+  return message;
+}
+
+}  // namespace detail
+
+/// The whole tool. `args` excludes the program name.
+inline int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  const auto wants_help = [](const std::vector<std::string>& w) {
+    for (const auto& s : w)
+      if (s == "--help" || s == "-h") return true;
+    return false;
+  };
+  std::ostringstream buffer;  // nothing reaches stdout unless the command succeeds
+  try {
+    if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+      usage(out);
+      return args.empty() ? 2 : 0;
+    }
+    if (args[0] == "--version") {
+      out << "sigprop " << version << "\n";
+      return 0;
+    }
+    const std::vector<std::string> rest(args.begin() + 1, args.end());
+    int status = 0;
+    if (args[0] == "component") {
+      if (wants_help(rest)) {
+        component_usage(out);
+        return 0;
+      }
+      status = component_command(rest, buffer);
+    } else {
+      throw usage_error("unknown command '" + args[0] + "' (see sigprop --help)");
+    }
+    out << buffer.str();
+    return status;
+  } catch (const usage_error& e) {
+    err << "sigprop: error: " << e.what() << "\n";
+    return 2;
+  } catch (const sigprop::domain_error& e) {
+    err << "sigprop: error: " << detail::with_flag_names(e.what()) << "\n";
+    return 2;
+  } catch (const sigprop::overflow_error& e) {
+    err << "sigprop: error: " << e.what() << "\n";
+    return 3;
+  }
+}
+
+}  // namespace sigprop::cli

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Quick start on a fresh Debian 12 machine (as root, or with sudo):
+#   bash scripts/quickstart.sh example   # build and run the main example
+#   bash scripts/quickstart.sh test      # build and run the whole test suite
+# Missing Debian packages are installed first. Build directory: build/
+# (override with SIGPROP_BUILD_DIR; compiler with CXX).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake make g++ libeigen3-dev libboost-dev catch2)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+build=${SIGPROP_BUILD_DIR:-build}
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSIGPROP_WERROR=ON >/dev/null
+
+case "${1:-}" in
+  example)
+    cmake --build "$build" -j "$jobs" --target layer_table >/dev/null
+    "$build/examples/layer_table"
+    ;;
+  test)
+    cmake --build "$build" -j "$jobs"
+    ctest --test-dir "$build" -j "$jobs" --output-on-failure
+    ;;
+  *)
+    echo "usage: bash scripts/quickstart.sh example|test" >&2
+    exit 2
+    ;;
+esac
