@@ -8,6 +8,7 @@
 // with a, b, e i.i.d. N(0, 1). This needs r, r^d >= 0 and r + r^d <= 1.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 
 #include <Eigen/Core>
@@ -38,6 +39,30 @@ inline Eigen::MatrixXd sample_activations(Eigen::Index seq_len, Eigen::Index wid
   if (b > 0) x.colwise() += b * rng.normal_matrix(seq_len, 1).col(0);
   x.array() += m.mean;
   return x;
+}
+
+/// L x d matrix with the given moments and a separable (Kronecker) covariance,
+/// Cov[x_ij, x_kl] = s^2 R^l_ik R^d_jl: a sample with r^d = 0 multiplied on the
+/// right by the square root of the compound-symmetric R^d,
+///   x_i = mu + sqrt(1 - r^d) (z_i - mean(z_i)) + sqrt(1 + (d - 1) r^d) mean(z_i).
+/// Valid for r^d in [-1/(d - 1), 1]; a centering projection (LayerNorm)
+/// produces this structure, and the normalizing components are derived for it.
+/// With r^d = 0 it is the distribution of sample_activations.
+inline Eigen::MatrixXd sample_activations_separable(Eigen::Index seq_len, Eigen::Index width,
+                                                    const Moments<double>& m, Random& rng) {
+  constexpr const char* fn = "sigprop::montecarlo::sample_activations_separable";
+  require_moments(fn, m);
+  const double d = static_cast<double>(width);
+  sigprop::detail::require(fn, "corr_dim", m.corr_dim,
+                           [d](double v) { return d > 1 ? v >= -1 / (d - 1) : v == 0; },
+                           "[-1/(width - 1), 1]");
+  Eigen::MatrixXd z = sample_activations(seq_len, width, Moments<double>{0, m.var, m.corr_len, 0}, rng);
+  const Eigen::VectorXd row_mean = z.rowwise().mean();
+  z.colwise() -= row_mean;
+  z *= std::sqrt(1 - m.corr_dim);
+  z.colwise() += std::sqrt(std::max(1 + (d - 1) * m.corr_dim, 0.0)) * row_mean;
+  z.array() += m.mean;
+  return z;
 }
 
 /// L x d upstream gradient with the given moments (zero mean).

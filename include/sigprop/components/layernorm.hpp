@@ -1,0 +1,228 @@
+// sigprop/components/layernorm.hpp -- y = (x - mean(x)) / sd(x) over the d
+// hidden units of each position (biased variance, no epsilon; gain 1 and bias
+// 0 as at initialization).
+//
+// Reference: Kedia et al., "Transformers Get Stable" (ICML 2024), appendix
+// B.6 (A.6 in the later version); the backward Jacobian is Xu et al. (2019),
+// Eq. 17. The paper keeps only the large-d limit; the results below are exact
+// for Gaussian inputs at every d >= 4 (derivation and the simulations that
+// confirm them: docs/components/layernorm.md).
+//
+// Input model. Each position is a Gaussian vector whose d entries have
+// variance s^2 and pairwise correlation r^d, and two positions have
+// correlation r^l entry by entry; the covariance is separable (Kronecker:
+// Cov[x_ij, x_kl] = s^2 R^l_ik R^d_jl), the one model valid for every
+// (r^l, r^d) and the one a centering projection (an earlier LayerNorm)
+// produces. Centering removes the mean and the common part of a position, so
+// each centered position is u sqrt(s^2 (1 - r^d)) with u standard normal in
+// the k = d - 1 dimensional subspace orthogonal to the all-ones vector, and two
+// positions have per-coordinate correlation rho = r^l. Then, with alpha = k/2,
+//   H0 = 2F1(1/2, 1/2; alpha; rho^2),   H1 = 2F1(1/2, 1/2; alpha + 1; rho^2),
+//   c0 = (2/k) (Gamma(alpha + 1/2) / Gamma(alpha))^2:
+// forward (B.6):
+//   E[y] = 0, Var[y] = 1, r^d_out = -1/(d - 1)       (every output row sums to 0
+//                                                     and has squared norm d);
+//   r^l_out = E[cos angle(u, u')] = F(rho) = rho c0 H1  (the paper: r (1 - 1/d));
+// backward g_in = (I - 1 1^T/d - y y^T/d) g / sd(x) (Xu et al. Eq. 17), a
+// projection of rank d - 2 scaled by 1/sd(x), with E[1/chi^2_k] = 1/(k - 2):
+//   Var[g_in] = Var[g] (d - 2) / ((d - 3) s^2 (1 - r^d))   (the paper: Var[g]/s^2),
+//   Cov^l[g_in] = r_g Var[g] F'(rho) / (s^2 (1 - r^d)),
+//   F'(rho) = E[(k - 2 + cos^2)/(|u||u'|)] = c0 (k H0 - (k - 1) H1)  (Price's theorem:
+//   the Jacobian covariance is the slope of the forward correlation map), F'(1) = (k-1)/(k-2).
+// d <= 3 has no finite gradient variance (E[1/chi^2_2] = inf) and is rejected.
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include <boost/math/constants/constants.hpp>
+#include <boost/math/policies/policy.hpp>
+#include <boost/math/special_functions/ellint_rd.hpp>
+#include <boost/math/special_functions/ellint_rf.hpp>
+#include <boost/math/special_functions/gamma.hpp>
+
+#include "sigprop/core/component.hpp"
+#include "sigprop/core/errors.hpp"
+
+namespace sigprop {
+
+namespace detail {
+
+// Every evaluation here is designed for the working precision: no promotion
+// of double to long double.
+using layernorm_policy = boost::math::policies::policy<boost::math::policies::promote_double<false>,
+                                                       boost::math::policies::promote_float<false>>;
+
+// H0 = 2F1(1/2, 1/2; alpha; x) and D = H0 - 2F1(1/2, 1/2; alpha + 1; x), the
+// difference formed without cancellation (used as k D with k up to 1e9).
+template <class Real>
+struct HalfHalfPair {
+  Real h0;    // 2F1(1/2, 1/2; alpha; x)
+  Real diff;  // 2F1(1/2, 1/2; alpha; x) - 2F1(1/2, 1/2; alpha + 1; x)
+};
+
+// Gauss's series, term t_n = ((1/2)_n)^2 x^n / ((alpha)_n n!); the difference
+// uses 1/(alpha)_n - 1/(alpha + 1)_n = n / ((alpha)_n (alpha + n)). The tail
+// after term n is at most t_n min(x/(1 - x), (n + alpha)/(alpha - 3/2)) (the
+// term ratio is at most x and at most (n + 1/2)/(n + alpha)) for both sums, so
+// they stop once that bound is below half an ulp of the smaller one, D.
+template <class Real>
+HalfHalfPair<Real> half_half_series(Real alpha, Real x, Real y) {
+  const Real eps = std::numeric_limits<Real>::epsilon() / 2;
+  Real term = 1, h0 = 1, diff = 0;
+  for (int n = 0; n < 100000; ++n) {
+    const Real nn = static_cast<Real>(n);
+    term *= (nn + Real(0.5)) * (nn + Real(0.5)) / ((nn + alpha) * (nn + 1)) * x;
+    h0 += term;
+    diff += term * (nn + 1) / (alpha + nn + 1);
+    Real tail = y > 0 ? x / y : std::numeric_limits<Real>::infinity();
+    if (alpha > Real(1.5)) tail = std::min(tail, (nn + 1 + alpha) / (alpha - Real(1.5)));
+    if (term * tail <= eps * diff) return {h0, diff};
+  }
+  throw overflow_error("sigprop::LayerNorm: the hypergeometric series did not converge (alpha = " +
+                       format_number(static_cast<double>(alpha)) +
+                       ", x = " + format_number(static_cast<double>(x)) + ")");
+}
+
+// Above this alpha the series needs at most ~150 terms even at x = 1.
+template <class Real>
+constexpr Real half_half_series_alpha = 24;
+
+// For x >= 1/2 and alpha < half_half_series_alpha (where the series would be
+// slow): Gauss's contiguous relation in c (DLMF 15.5.18 with a = b = 1/2),
+//   H(c + 1) = c (c - 1) [(1 - x) H(c - 1) - (1 - 2x) H(c)] / ((c - 1/2)^2 x),
+// run upwards from closed forms. For x > 1/2 the other solution of the
+// recurrence decays like ((1 - x)/x)^c, so the upward direction is stable.
+// Starting values (DLMF 15.4.ii, 19.2.8 and 19.25.1 in Carlson's form, y = 1 - x):
+//   c = 1/2: (1 - x) H = sqrt(y);      c = 3/2: H = asin(sqrt x)/sqrt x;
+//   c = 1:   (1 - x) H = (2/pi) y R_F(0, y, 1);
+//   c = 2:   H = 4/(pi x) (E - y K) = (4 y/(3 pi)) R_D(0, 1, y).
+// Needs 2 alpha to be an integer (d an integer).
+template <class Real>
+HalfHalfPair<Real> half_half_recurrence(Real alpha, Real x, Real y) {
+  const Real pi = boost::math::constants::pi<Real>();
+  const layernorm_policy pol;
+  Real c, h, prev_scaled;  // c, H(c), (1 - x) H(c - 1)
+  if (std::floor(alpha) != alpha) {
+    c = Real(1.5);
+    const Real sx = std::sqrt(x), sy = std::sqrt(y);
+    h = std::atan2(sx, sy) / sx;
+    prev_scaled = sy;
+  } else {
+    c = 2;
+    h = 4 * y / (3 * pi) * boost::math::ellint_rd(Real(0), Real(1), y, pol);
+    prev_scaled = 2 / pi * y * boost::math::ellint_rf(Real(0), y, Real(1), pol);
+  }
+  // Walk up to H(alpha) and H(alpha + 1).
+  Real h_alpha = h;  // right when alpha is the starting c
+  while (c < alpha + 1) {
+    const Real next = c * (c - 1) * (prev_scaled - (y - x) * h) / ((c - Real(0.5)) * (c - Real(0.5)) * x);
+    prev_scaled = y * h;
+    h = next;
+    c += 1;
+    if (c == alpha) h_alpha = h;
+  }
+  return {h_alpha, h_alpha - h};
+}
+
+template <class Real>
+HalfHalfPair<Real> half_half(Real alpha, Real x, Real y) {
+  if (y == 0) {  // Gauss: 2F1(a, b; c; 1) = Gamma(c) Gamma(c - a - b) / (Gamma(c - a) Gamma(c - b))
+    const layernorm_policy pol;
+    const Real r = boost::math::tgamma_delta_ratio(alpha - Real(0.5), Real(0.5), pol);  // G(a-1/2)/G(a)
+    const Real h0 = 1 / (r * r * (alpha - 1));
+    // H1/H0 = alpha (alpha - 1)/(alpha - 1/2)^2, so H0 - H1 = H0 / (4 (alpha - 1/2)^2).
+    return {h0, h0 / (4 * (alpha - Real(0.5)) * (alpha - Real(0.5)))};
+  }
+  if (x <= Real(0.5) || alpha >= half_half_series_alpha<Real>) return half_half_series(alpha, x, y);
+  return half_half_recurrence(alpha, x, y);
+}
+
+// F(rho) and F'(rho) (see the header comment), for d >= 4 and |rho| <= 1.
+template <class Real>
+struct LayerNormAngle {
+  Real corr;   // F(rho) = E[cos angle]
+  Real slope;  // F'(rho)
+};
+
+template <class Real>
+LayerNormAngle<Real> layernorm_angle(Real d, Real rho) {
+  const layernorm_policy pol;
+  const Real k = d - 1, alpha = k / 2;
+  const Real abs_rho = std::min(std::abs(rho), Real(1));
+  const Real x = abs_rho * abs_rho, y = (1 - abs_rho) * (1 + abs_rho);
+  const HalfHalfPair<Real> h = half_half(alpha, x, y);
+  const Real ratio = boost::math::tgamma_delta_ratio(alpha, Real(0.5), pol);  // G(a)/G(a+1/2)
+  const Real c0 = 2 / (k * ratio * ratio);
+  const Real corr = abs_rho * c0 * (h.h0 - h.diff);
+  // k H0 - (k - 1) H1 = H0 + (k - 1) (H0 - H1)
+  const Real slope = c0 * (h.h0 + (k - 1) * h.diff);
+  return {rho < 0 ? -corr : corr, slope};
+}
+
+}  // namespace detail
+
+template <class T = double>
+class LayerNorm : public Component<LayerNorm<T>, T> {
+  using Real = math::real_of<T>;
+  // float lanes are evaluated in double (the series and recurrence cost the same).
+  using Work = std::conditional_t<(sizeof(Real) < sizeof(double)), double, Real>;
+
+ public:
+  static constexpr const char* name = "sigprop::LayerNorm";
+
+  /// `d`: the number of hidden units normalized over; an integer >= 4.
+  explicit LayerNorm(T d) : d_(d) {
+    sigprop::detail::require(
+        name, "d", d_,
+        [](double v) { return std::isfinite(v) && v >= 4 && v <= 1e15 && std::floor(v) == v; },
+        "{4, 5, 6, ...} (an integer width; d <= 3 has no finite gradient variance)");
+  }
+
+  const T& d() const { return d_; }
+
+  /// A constant position (zero variance, or r^d = 1) has no direction to normalize.
+  void require_input(const Moments<T>& in) const {
+    require_positive(name, "var", in.var);
+    sigprop::detail::require(name, "corr_dim", in.corr_dim, [](double v) { return v < 1; },
+                             "[-1, 1) (r^d = 1 makes every position constant)");
+  }
+
+  Moments<T> forward_impl(const Moments<T>& in) const {
+    Moments<T> out;
+    out.mean = 0 * in.mean;
+    out.var = 0 * in.mean + 1;
+    out.corr_len = corr_len_map(in.corr_len);
+    out.corr_dim = -1 / (d_ - 1) + 0 * in.mean;
+    return out;
+  }
+
+  GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
+    const T centered_var = in.var * (1 - in.corr_dim);  // per-coordinate variance after centering
+    const T slope_at_one = (d_ - 2) / (d_ - 3);         // F'(1) = (k - 1)/(k - 2)
+    GradMoments<T> out;
+    out.var = g.var * slope_at_one / centered_var;
+    out.corr_len = g.corr_len * grad_corr_factor(in.corr_len) / slope_at_one;
+    return out;
+  }
+
+  /// r^l_out = E[cos angle] as a function of the input length correlation.
+  T corr_len_map(const T& corr_len) const {
+    return math::map_lanes(d_, corr_len, [](Real d, Real r) {
+      return static_cast<Real>(detail::layernorm_angle<Work>(d, r).corr);
+    });
+  }
+
+  /// F'(rho): the slope of corr_len_map, which scales the gradient covariance.
+  T grad_corr_factor(const T& corr_len) const {
+    return math::map_lanes(d_, corr_len, [](Real d, Real r) {
+      return static_cast<Real>(detail::layernorm_angle<Work>(d, r).slope);
+    });
+  }
+
+ private:
+  T d_;
+};
+
+}  // namespace sigprop
