@@ -1,0 +1,124 @@
+// sigprop/montecarlo/ops.hpp -- the real computations of a transformer layer on
+// L x d matrices (rows are positions), forward and backward, written once and
+// used by every simulation (components, blocks, whole models).
+//
+// Each op's forward returns what its backward needs; backward maps the
+// gradient of the output to the gradient of the input (loss = sum(out .* g)).
+#pragma once
+
+#include <cmath>
+
+#include <Eigen/Core>
+#include <boost/math/constants/constants.hpp>
+
+#include "sigprop/montecarlo/random.hpp"
+
+namespace sigprop::montecarlo::ops {
+
+using Matrix = Eigen::MatrixXd;
+
+/// Inverted-dropout mask: 1/(1-p) with probability 1-p, else 0.
+inline Matrix dropout_mask(Eigen::Index rows, Eigen::Index cols, double p, Random& rng) {
+  Matrix m(rows, cols);
+  const double keep = 1 - p;
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = rng.uniform() < keep ? 1 / keep : 0;
+  return m;
+}
+
+/// LayerNorm over each row (gain 1, bias 0, biased variance, `eps` inside the root).
+struct LayerNormCache {
+  Matrix y;                  // normalized output
+  Eigen::VectorXd inv_std;   // 1 / sqrt(var_row + eps)
+};
+
+inline LayerNormCache layernorm_forward(const Matrix& x, double eps = 0) {
+  const Eigen::Index d = x.cols();
+  LayerNormCache c;
+  const Eigen::VectorXd mean = x.rowwise().mean();
+  c.y = x.colwise() - mean;
+  const Eigen::VectorXd var = c.y.rowwise().squaredNorm() / static_cast<double>(d);
+  c.inv_std = (var.array() + eps).rsqrt();
+  c.y = c.inv_std.asDiagonal() * c.y;
+  return c;
+}
+
+/// dx = inv_std * (g - mean_row(g) - y * mean_row(g .* y)).
+inline Matrix layernorm_backward(const LayerNormCache& c, const Matrix& g) {
+  const double d = static_cast<double>(g.cols());
+  const Eigen::VectorXd g_mean = g.rowwise().sum() / d;
+  const Eigen::VectorXd gy_mean = g.cwiseProduct(c.y).rowwise().sum() / d;
+  Matrix dx = g.colwise() - g_mean;
+  dx -= gy_mean.asDiagonal() * c.y;
+  return c.inv_std.asDiagonal() * dx;
+}
+
+/// Elementwise activations: value and derivative.
+enum class Activation { relu, gelu };
+
+inline double activation_value(Activation a, double x) {
+  if (a == Activation::relu) return x > 0 ? x : 0;
+  return 0.5 * x * std::erfc(-x * boost::math::constants::one_div_root_two<double>());
+}
+
+inline double activation_derivative(Activation a, double x) {
+  if (a == Activation::relu) return x > 0 ? 1 : 0;
+  const double cdf = 0.5 * std::erfc(-x * boost::math::constants::one_div_root_two<double>());
+  return cdf + x * std::exp(-0.5 * x * x) * boost::math::constants::one_div_root_two_pi<double>();
+}
+
+inline Matrix activation_forward(Activation a, const Matrix& x) {
+  return x.unaryExpr([a](double v) { return activation_value(a, v); });
+}
+
+inline Matrix activation_backward(Activation a, const Matrix& x, const Matrix& g) {
+  return g.cwiseProduct(x.unaryExpr([a](double v) { return activation_derivative(a, v); }));
+}
+
+/// One attention head: S = Q K^T / sqrt(d_k), P = softmax over each row (keys),
+/// P_drop = P .* mask (inverted dropout on the probabilities), O = P_drop V.
+struct AttentionCache {
+  Matrix q, k, v, probs, mask;
+  double scale = 1;
+};
+
+inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, const Matrix& wk,
+                                             const Matrix& wv, double p, Random& rng,
+                                             Matrix& out) {
+  AttentionCache c;
+  c.q = x * wq;
+  c.k = x * wk;
+  c.v = x * wv;
+  c.scale = 1 / std::sqrt(static_cast<double>(wq.cols()));
+  Matrix s = (c.q * c.k.transpose()) * c.scale;
+  s.colwise() -= s.rowwise().maxCoeff();  // stable softmax
+  s = s.array().exp().matrix();
+  c.probs = s.array().colwise() / s.rowwise().sum().array();
+  if (p > 0) {
+    c.mask = dropout_mask(x.rows(), x.rows(), p, rng);
+    out = c.probs.cwiseProduct(c.mask) * c.v;
+  } else {
+    out = c.probs * c.v;
+  }
+  return c;
+}
+
+/// Backward of one head through the value path and the softmax (Q, K) path.
+/// Adds the input gradient to `dx`; the weight gradients are not needed here.
+inline void attention_head_backward(const AttentionCache& c, const Matrix& x, const Matrix& wq,
+                                    const Matrix& wk, const Matrix& wv, const Matrix& g,
+                                    Matrix& dx) {
+  (void)x;
+  const bool dropped = c.mask.size() > 0;
+  const Matrix pd = dropped ? Matrix(c.probs.cwiseProduct(c.mask)) : c.probs;
+  const Matrix dv = pd.transpose() * g;
+  Matrix dp = g * c.v.transpose();
+  if (dropped) dp = dp.cwiseProduct(c.mask);
+  // softmax: dS = P .* (dP - rowsum(dP .* P))
+  const Eigen::VectorXd row = dp.cwiseProduct(c.probs).rowwise().sum();
+  const Matrix ds = c.probs.cwiseProduct(dp.colwise() - row) * c.scale;
+  dx += (ds * c.k) * wq.transpose();
+  dx += (ds.transpose() * c.q) * wk.transpose();
+  dx += dv * wv.transpose();
+}
+
+}  // namespace sigprop::montecarlo::ops

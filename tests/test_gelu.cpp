@@ -1,0 +1,350 @@
+// GeLU (appendix B.5, extended to nonzero means): the paper's closed forms,
+// independent 2-D quadrature, limits, errors, and the Monte Carlo grids.
+#include "support.hpp"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <boost/math/quadrature/gauss_kronrod.hpp>
+
+#include "sigprop/montecarlo/components/gelu.hpp"
+
+using sigprop::Gelu;
+using sigprop::GradMoments;
+using sigprop::Moments;
+
+namespace {
+
+const double pi = boost::math::constants::pi<double>();
+
+double phi(double z) { return std::exp(-z * z / 2) / std::sqrt(2 * pi); }
+double Phi(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+double gelu(double x) { return x * Phi(x); }
+double gelu_grad(double x) { return Phi(x) + x * phi(x); }
+
+// Integral of f(z) phi(z) over the real line, adaptive Gauss-Kronrod with
+// relative tolerance 1e-11.
+template <class F>
+double gauss_integral(F f) {
+  const double inf = std::numeric_limits<double>::infinity();
+  return boost::math::quadrature::gauss_kronrod<double, 31>::integrate(
+      [&](double z) { return f(z) * phi(z); }, -inf, inf, 10, 1e-11);
+}
+
+// The defining integrals with x = mu + s z1, partner mu + s (r z1 + c z2),
+// c = sqrt(1 - r^2): plain 2-D quadrature, no closed form used.
+struct GeluByQuadrature {
+  double mean, var, corr, grad_second, grad_corr;  // grad_corr = E[g'(x) g'(x')]/E[g'(x)^2]
+  GeluByQuadrature(double mu, double s2, double r) {
+    const double s = std::sqrt(s2), c = std::sqrt((1 - r) * (1 + r));
+    const auto pair = [&](auto f) {
+      return gauss_integral([&](double z1) {
+        return f(mu + s * z1) * gauss_integral([&](double z2) { return f(mu + s * (r * z1 + c * z2)); });
+      });
+    };
+    mean = gauss_integral([&](double z) { return gelu(mu + s * z); });
+    var = gauss_integral([&](double z) { return gelu(mu + s * z) * gelu(mu + s * z); }) - mean * mean;
+    corr = (pair(gelu) - mean * mean) / var;
+    grad_second = gauss_integral([&](double z) { return gelu_grad(mu + s * z) * gelu_grad(mu + s * z); });
+    grad_corr = pair(gelu_grad) / grad_second;
+  }
+};
+
+// SPEC / appendix B.5 as printed (q = s^2, a = q/(1+q)), written out
+// literally; the header evaluates algebraically rearranged forms.
+struct GeluPaper {
+  double mean, var, cov, grad_var, grad_cov;  // per unit g^2 and r_g
+  GeluPaper(double q, double r) {
+    const double a = q / (1 + q);
+    mean = q / std::sqrt(2 * pi * (q + 1));
+    var = q / (2 * pi) * (pi / 2 - a + std::asin(a) + 2 * q / ((1 + q) * std::sqrt(1 + 2 * q)));
+    cov = q / (4 * pi) *
+          (pi * r + 2 * r * std::asin(r * a) +
+           2 * q * (q * (1 - r * r) + 1 + r * r) / ((q + 1) * std::sqrt((q + 1) * (q + 1) - (r * q) * (r * q))) -
+           2 * q / (q + 1));
+    grad_var = 0.25 + std::asin(a) / (2 * pi) + q * (5 * q + 3) / (2 * pi * (q + 1) * std::pow(2 * q + 1, 1.5));
+    grad_cov = 0.25 + std::asin(r * a) / (2 * pi) +
+               r * q * ((2 * q + 3) * (q + 1) - 2 * (r * q) * (r * q)) /
+                   (2 * pi * (q + 1) * std::pow((q + 1) * (q + 1) - (r * q) * (r * q), 1.5));
+  }
+};
+
+double arcsine_corr(double r) {
+  return (std::sqrt(1 - r * r) + r * (pi - std::acos(r)) - 1) / (pi - 1);
+}
+
+}  // namespace
+
+TEST_CASE("Gelu: mean-zero forms equal the paper's B.5 expressions", "[gelu]") {
+  // Same functions, different algebra: agreement to rounding (1e-13).
+  const Gelu<double> layer;
+  for (double q : {0.01, 0.3, 1.0, 4.0, 10.0, 300.0})
+    for (double r : {-1.0, -0.6, 0.0, 0.25, 0.8, 0.999, 1.0}) {
+      const GeluPaper paper(q, r);
+      const Moments<double> in{0, q, r, r};
+      const auto out = layer.forward(in);
+      const auto g = layer.backward(in, {1.0, 1.0});
+      INFO("q = " << q << ", r = " << r);
+      CHECK(out.mean == Approx(paper.mean).epsilon(1e-13));
+      CHECK(out.var == Approx(paper.var).epsilon(1e-13));
+      CHECK(out.cov_len() == Approx(paper.cov).margin(1e-13 * paper.var));
+      CHECK(out.cov_dim() == Approx(paper.cov).margin(1e-13 * paper.var));
+      CHECK(g.var == Approx(paper.grad_var).epsilon(1e-13));
+      CHECK(g.cov_len() == Approx(paper.grad_cov).margin(1e-13));
+    }
+}
+
+TEST_CASE("Gelu: closed forms and quadrature agree with 2-D quadrature of the defining integrals", "[gelu]") {
+  // Mean 0 exercises the closed forms, mean != 0 the header's 1-D quadrature.
+  // The reference is converged to ~1e-11 relative (its raw second moments
+  // cancel by at most mean^2/var ~ 50 here); 1e-9 leaves headroom.
+  const Gelu<double> layer;
+  for (double mu : {-2.0, -0.75, 0.0, 0.6, 2.5})
+    for (double s2 : {0.2, 3.0})
+      for (double r : {-0.7, 0.45, 0.97}) {
+        const GeluByQuadrature ref(mu, s2, r);
+        const Moments<double> in{mu, s2, r, r};
+        const auto out = layer.forward(in);
+        const auto g = layer.backward(in, {1.0, 1.0});
+        INFO("mu = " << mu << ", s2 = " << s2 << ", r = " << r);
+        CHECK(out.mean == Approx(ref.mean).epsilon(1e-9));
+        CHECK(out.var == Approx(ref.var).epsilon(1e-9));
+        CHECK(out.corr_len == Approx(ref.corr).margin(1e-9));
+        CHECK(out.corr_dim == out.corr_len);
+        CHECK(g.var == Approx(ref.grad_second).epsilon(1e-9));
+        CHECK(g.corr_len == Approx(ref.grad_corr).margin(1e-9));
+      }
+}
+
+TEST_CASE("Gelu: the nonzero-mean quadrature joins the closed forms at mean 0", "[gelu]") {
+  // mean = 1e-300 takes the quadrature path (tolerance 1e-12), mean = 0 the closed forms.
+  const Gelu<double> layer;
+  for (double q : {0.1, 2.0, 10.0})
+    for (double r : {-0.5, 0.3, 0.99}) {
+      const auto zero = layer.forward({0, q, r, -r});
+      const auto tiny = layer.forward({1e-300, q, r, -r});
+      const auto gz = layer.backward({0, q, r, 0}, {1, 0.7});
+      const auto gt = layer.backward({1e-300, q, r, 0}, {1, 0.7});
+      INFO("q = " << q << ", r = " << r);
+      CHECK(tiny.var == Approx(zero.var).epsilon(1e-12));
+      CHECK(tiny.corr_len == Approx(zero.corr_len).margin(1e-12));
+      CHECK(tiny.corr_dim == Approx(zero.corr_dim).margin(1e-12));
+      CHECK(gt.var == Approx(gz.var).epsilon(1e-12));
+      CHECK(gt.corr_len == Approx(gz.corr_len).margin(1e-12));
+    }
+}
+
+TEST_CASE("Gelu: limits in q and r", "[gelu]") {
+  const Gelu<double> layer;
+  for (double r : {-0.9, -0.3, 0.0, 0.4, 0.95}) {
+    INFO("r = " << r);
+    // q -> 0: GeLU(x) = x/2 + x^2 phi(0) + ..., so r_out -> r, Var -> q/4,
+    // GeLU' -> 1/2: the gradient variance -> g^2/4 and r_g unchanged. The
+    // first corrections are O(q); at q = 1e-10 a margin of 1e-9.
+    const auto small = layer.forward({0, 1e-10, r, r});
+    CHECK(small.corr_len == Approx(r).margin(1e-9));
+    CHECK(small.var == Approx(1e-10 / 4).epsilon(1e-9));
+    CHECK(layer.backward({0, 1e-10, r, 0}, {1, 0.6}).var == Approx(0.25).epsilon(1e-9));
+    CHECK(layer.backward({0, 1e-10, r, 0}, {1, 0.6}).corr_len == Approx(0.6).epsilon(1e-9));
+    // q -> inf: GeLU - ReLU is bounded, so r_out -> the ReLU kernel with an
+    // O(1/s) error (1e-8 at q = 1e16), and GeLU' -> the step function.
+    CHECK(layer.forward({0, 1e16, r, r}).corr_len == Approx(arcsine_corr(r)).margin(1e-7));
+    CHECK(layer.backward({0, 1e16, r, 0}, {1, 1}).var == Approx(0.5).margin(1e-7));
+    CHECK(layer.backward({0, 1e16, r, 0}, {1, 1}).corr_len == Approx(0.5 + std::asin(r) / pi).margin(1e-7));
+    // r = 0 at mean 0: independent outputs; the gradient keeps r_g E[GeLU']^2/E[GeLU'^2],
+    // E[GeLU'] = 1/2.
+    CHECK(layer.forward({0, 2, 0, 0}).corr_len == Approx(0).margin(1e-15));
+    const auto g2 = layer.backward({0, 2, 0, 0}, {1, 0.8});
+    CHECK(g2.corr_len == Approx(0.8 * 0.25 / g2.var).epsilon(1e-14));
+  }
+  // r = 1 is a fixed point for every mean and variance.
+  for (double mu : {0.0, -1.0, 2.0})
+    for (double q : {1e-6, 0.5, 50.0}) {
+      INFO("mu = " << mu << ", q = " << q);
+      CHECK(layer.forward({mu, q, 1, 1}).corr_len == Approx(1).margin(1e-12));
+      CHECK(layer.backward({mu, q, 1, 0}, {1, 0.7}).corr_len == Approx(0.7).epsilon(1e-12));
+    }
+  // A constant input: GeLU(mu) exactly and the s -> 0 limit (correlations unchanged).
+  const auto c = layer.forward({1.5, 0, 0.3, -0.2});
+  CHECK(c.mean == Approx(gelu(1.5)).epsilon(1e-15));
+  CHECK(c.var == 0);
+  CHECK(c.corr_len == 0.3);
+  CHECK(c.corr_dim == -0.2);
+  CHECK(layer.backward({1.5, 0, 0.3, 0}, {2, 0.5}).var == Approx(2 * gelu_grad(1.5) * gelu_grad(1.5)).epsilon(1e-13));
+  CHECK(layer.forward({0, 0, 0.3, 0}).corr_len == Approx(0.3).epsilon(1e-15));
+  // Far from zero: GeLU is the identity above and underflows to 0 below.
+  const auto high = layer.forward({1e8, 2, 0.3, 0});
+  CHECK(high.mean == 1e8);
+  CHECK(high.var == Approx(2).epsilon(1e-12));
+  CHECK(high.corr_len == Approx(0.3).margin(1e-12));
+  const auto low = layer.forward({-2000, 1, 0.3, 0});
+  CHECK(low.mean == 0);
+  CHECK(low.var == 0);
+  CHECK(std::isfinite(low.corr_len));
+}
+
+TEST_CASE("Gelu: the correlation maps increase on [0, 1] and stay in [-1, 1]", "[gelu]") {
+  // Price's theorem: d Cov[f(x1), f(x2)]/dr = s^2 E[f'(x1) f'(x2)], and by
+  // Mehler's expansion E[h(x1) h(x2)] = sum_n c_n^2 r^n/n! > 0 for r >= 0, so
+  // both maps (f = GeLU forward, f = GeLU' backward) increase on [0, 1] for
+  // every mean. For r < 0 they need not (next test case).
+  const Gelu<double> layer;
+  for (double mu : {0.0, -1.0, 1.5})
+    for (double q : {0.1, 1.0, 30.0}) {
+      double previous = -2, previous_grad = -2;
+      for (int i = -20; i <= 20; ++i) {
+        const double r = i / 20.0;
+        const double out = layer.forward({mu, q, r, 0}).corr_len;
+        const double grad = layer.backward({mu, q, r, 0}, {1, 1}).corr_len;
+        INFO("mu = " << mu << ", q = " << q << ", r = " << r);
+        if (r > 0) {
+          CHECK(out > previous);
+          CHECK(grad > previous_grad);
+        }
+        CHECK(std::abs(out) <= 1);
+        CHECK(std::abs(grad) <= 1);
+        previous = out;
+        previous_grad = grad;
+      }
+    }
+}
+
+TEST_CASE("Gelu: for r < 0 the maps are not monotone, as the defining integrals say", "[gelu]") {
+  // GeLU' < 0 below x = -0.75, and GeLU is locally quadratic around that
+  // minimum (GeLU' likewise around x = sqrt 2), where a correlation behaves
+  // like r^2. Pinned against the independent 2-D quadrature (margin 1e-9 as above).
+  const Gelu<double> layer;
+  const auto forward_at = [&](double r) { return layer.forward({-1, 1, r, 0}).corr_len; };
+  CHECK(forward_at(-0.95) > forward_at(-0.9));
+  CHECK(forward_at(-0.95) == Approx(GeluByQuadrature(-1, 1, -0.95).corr).margin(1e-9));
+  CHECK(forward_at(-0.9) == Approx(GeluByQuadrature(-1, 1, -0.9).corr).margin(1e-9));
+  const auto backward_at = [&](double r) { return layer.backward({1.5, 0.1, r, 0}, {1, 1}).corr_len; };
+  CHECK(backward_at(-0.5) > backward_at(-0.45));
+  CHECK(backward_at(-0.5) == Approx(GeluByQuadrature(1.5, 0.1, -0.5).grad_corr).margin(1e-9));
+  // Even at mean 0 the forward map dips near r = -1 once q > 3 (GeLU'(x) GeLU'(-x) < 0 for |x| > 0.75).
+  CHECK(layer.forward({0, 3.5, -1, 0}).corr_len > layer.forward({0, 3.5, -0.995, 0}).corr_len);
+}
+
+TEST_CASE("Gelu: float, double and batched lanes share the formula", "[gelu]") {
+  for (double mu : {0.0, 0.8}) {
+    const Moments<double> in{mu, 2, 0.3, -0.1};
+    const auto d = Gelu<double>().forward(in);
+    const auto f = Gelu<float>().forward({float(mu), 2, 0.3f, -0.1f});
+    const auto gd = Gelu<double>().backward(in, {1.5, 0.4});
+    const auto gf = Gelu<float>().backward({float(mu), 2, 0.3f, -0.1f}, {1.5f, 0.4f});
+    INFO("mu = " << mu);
+    // float rounding (6e-8) amplified by a few operations: 1e-6.
+    CHECK(f.mean == Approx(d.mean).epsilon(1e-6));
+    CHECK(f.var == Approx(d.var).epsilon(1e-6));
+    CHECK(f.corr_len == Approx(d.corr_len).margin(1e-6));
+    CHECK(f.corr_dim == Approx(d.corr_dim).margin(1e-6));
+    CHECK(gf.var == Approx(gd.var).epsilon(1e-6));
+    CHECK(gf.corr_len == Approx(gd.corr_len).margin(1e-6));
+  }
+  using Lanes = Eigen::ArrayXd;
+  Lanes mu(4), var(4), r(4), rd(4);
+  mu << 0, 0.5, -1, 0;
+  var << 1, 2, 0.5, 0;
+  r << 0.5, -1, 0.9, 1;
+  rd << 0, -0.2, 0.1, -1;
+  const Gelu<Lanes> batched;
+  const auto out = batched.forward({mu, var, r, rd});
+  const auto g = batched.backward({mu, var, r, rd}, {Lanes::Constant(4, 2.0), Lanes::Constant(4, 0.5)});
+  for (Eigen::Index i = 0; i < 4; ++i) {
+    const Moments<double> in{mu(i), var(i), r(i), rd(i)};
+    const auto one = Gelu<double>().forward(in);
+    const auto g1 = Gelu<double>().backward(in, {2.0, 0.5});
+    CHECK(out.mean(i) == one.mean);
+    CHECK(out.var(i) == one.var);
+    CHECK(out.corr_len(i) == one.corr_len);
+    CHECK(out.corr_dim(i) == one.corr_dim);
+    CHECK(g.var(i) == g1.var);
+    CHECK(g.corr_len(i) == g1.corr_len);
+  }
+}
+
+TEST_CASE("Gelu: bad input throws with the parameter and range", "[gelu][errors]") {
+  const Gelu<double> layer;
+  CHECK_THROWS_AS(layer.forward({0, -1, 0, 0}), sigprop::domain_error);
+  CHECK_THROWS_WITH(layer.forward({0, -0.5, 0, 0}),
+                    Catch::Contains("sigprop::Gelu") && Catch::Contains("var = -0.5") &&
+                        Catch::Contains("[0, inf)"));
+  CHECK_THROWS_WITH(layer.forward({0, 1, -1.25, 0}), Catch::Contains("corr_len = -1.25"));
+  CHECK_THROWS_WITH(layer.forward({0, 1, 0, 2}), Catch::Contains("corr_dim = 2") && Catch::Contains("[-1, 1]"));
+  CHECK_THROWS_WITH(layer.forward({std::nan(""), 1, 0, 0}), Catch::Contains("mean = nan"));
+  CHECK_THROWS_WITH(layer.backward({0, std::nan(""), 0, 0}, {1, 0}), Catch::Contains("var = nan"));
+  CHECK_THROWS_WITH(layer.backward({0, 1, 0, 0}, {-2, 0}), Catch::Contains("grad_var = -2"));
+  // The output variance is below the input's, so extreme finite inputs stay finite.
+  const auto big = layer.forward({0, 1e300, 0.5, 0});
+  CHECK(big.var == Approx(1e300 * (pi - 1) / (2 * pi)).epsilon(1e-12));
+}
+
+namespace {
+
+// Simulates `points` and requires every Table 20 quantity within 5 standard
+// errors (a correct formula fails with probability < 6e-7 per value).
+void require_simulation_agrees(const char* label, const std::vector<Moments<double>>& points,
+                               std::size_t trials) {
+  sigprop::montecarlo::ValidationReport report(label);
+  sigprop::montecarlo::SimulationSetup setup;
+  setup.trials = trials;
+  for (const auto& in : points) {
+    const GradMoments<double> g{1.3, 0.6};
+    ++setup.seed;
+    report.add_all(Gelu<double>().forward(in), Gelu<double>().backward(in, g),
+                   sigprop::montecarlo::simulate(Gelu<double>(), in, g, setup));
+  }
+  sigprop::test::print_report(report);
+  sigprop::test::require_within_standard_errors(report);
+}
+
+}  // namespace
+
+TEST_CASE("Gelu: Monte Carlo at large variance, r near 1 and along the hidden axis", "[gelu][montecarlo]") {
+  // Beyond Table 21: q up to 1000 and r up to 0.999, every term including the
+  // backward covariance; 24 trials of 256 x 256 each.
+  require_simulation_agrees("gelu-edge",
+                            {{0, 100, 0.5, 0}, {0, 1000, 0.9, 0}, {0, 30, 0.99, 0}, {0, 3, 0.999, 0},
+                             {0, 500, 0.999, 0}, {0, 0.01, 0.3, 0}},
+                            24);
+  // corr_dim uses the same kernel; the grid draws only corr_len, so check it
+  // here: 64 trials of 256 x 256, covariance standard errors ~0.3 percent.
+  sigprop::montecarlo::SimulationSetup setup;
+  setup.trials = 64;
+  setup.seed = 91;
+  for (double mu : {0.0, -0.7, 1.1}) {
+    const Moments<double> in{mu, 2.5, 0.4, 0.35};
+    const auto pred = Gelu<double>().forward(in);
+    const auto sim = sigprop::montecarlo::simulate(Gelu<double>(), in, {1, 0.5}, setup);
+    INFO("mu = " << mu << ": cov_dim " << sim.forward.cov_dim.value << " +- "
+                 << sim.forward.cov_dim.std_error << " vs " << pred.cov_dim());
+    CHECK(std::abs(sim.forward.cov_dim.value - pred.cov_dim()) <= 5 * sim.forward.cov_dim.std_error);
+  }
+}
+
+TEST_CASE("Gelu: Monte Carlo over the Table 21 grid", "[gelu][montecarlo]") {
+  // 60 random points of Table 21 (mean 0; widths and lengths shrunk by 4 for
+  // speed), each with enough trials for 20000 independent columns (about 1
+  // percent relative standard error on a variance).
+  sigprop::montecarlo::GridOptions grid;
+  grid.points = 60;
+  grid.scale = 0.25;
+  grid.seed = 2028;
+  const auto report = sigprop::montecarlo::validate_gelu(grid);
+  sigprop::test::print_report(report);
+  sigprop::test::require_no_worse_than_paper(report);
+  // The closed forms are exact, so every point must agree within 5 standard errors.
+  sigprop::test::require_within_standard_errors(report);
+}
+
+TEST_CASE("Gelu: Monte Carlo with a nonzero input mean", "[gelu][montecarlo]") {
+  // Not in the paper (no Table 20 row): mean/s uniform in [-2, 2], 30 points.
+  sigprop::montecarlo::GridOptions grid;
+  grid.points = 30;
+  grid.scale = 0.25;
+  grid.seed = 2029;
+  const auto report = sigprop::montecarlo::validate_gelu_nonzero_mean(grid);
+  sigprop::test::print_report(report);
+  sigprop::test::require_within_standard_errors(report);
+}
