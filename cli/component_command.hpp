@@ -5,6 +5,7 @@
 #include <functional>
 #include <ostream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,59 @@ inline const std::vector<ComponentEntry>& component_table() {
       {"dropout", {"p"}, "--p P (0.1)",
        [](const Args& a, const Moments<double>& in, const GradMoments<double>& g) {
          return evaluate(Dropout<double>(a.number("p", 0.1)), in, g);
+       }},
+      {"relu", {}, "(no parameters)",
+       [](const Args&, const Moments<double>& in, const GradMoments<double>& g) {
+         return evaluate(Relu<double>(), in, g);
+       }},
+      {"gelu", {}, "(no parameters; GeLU = x Phi(x))",
+       [](const Args&, const Moments<double>& in, const GradMoments<double>& g) {
+         return evaluate(Gelu<double>(), in, g);
+       }},
+      {"layernorm", {"d"}, "--d D (768, >= 4)",
+       [](const Args& a, const Moments<double>& in, const GradMoments<double>& g) {
+         return evaluate(LayerNorm<double>(a.count("d", 768)), in, g);
+       }},
+      {"softmax", {"n", "form"},
+       "--n N (256, entries along the normalized axis; their correlation is --corr-dim)\n"
+       "              --form exact|full|simplified (exact)",
+       [](const Args& a, const Moments<double>& in, const GradMoments<double>& g) {
+         const std::string form = a.choice("form", {"exact", "full", "simplified"}, "exact");
+         return evaluate(Softmax<double>(a.count("n", 256), form == "exact" ? SoftmaxForm::exact
+                                                            : form == "full" ? SoftmaxForm::full
+                                                                             : SoftmaxForm::simplified),
+                         in, g);
+       }},
+      {"attention", {"d-in", "d-k", "seq", "q-var", "k-var", "v-var", "p"},
+       "--d-in N (512) --d-k N (64) --seq L (256) --q-var --k-var --v-var (1/d-in)\n"
+       "              --p P (0, dropout on the attention probabilities)",
+       [](const Args& a, const Moments<double>& in, const GradMoments<double>& g) {
+         const double d_in = a.count("d-in", 512);
+         return evaluate(Attention<double>(d_in, a.count("d-k", 64), a.count("seq", 256),
+                                           a.number("q-var", 1 / d_in), a.number("k-var", 1 / d_in),
+                                           a.number("v-var", 1 / d_in), a.number("p", 0)),
+                         in, g);
+       }},
+      {"embedding", {"vocab", "seq", "tables", "weight-var"},
+       "--vocab V (32000) --seq L (256) --tables token,position,segment (all)\n"
+       "              --weight-var V (1, per table); the input moments are ignored",
+       [](const Args& a, const Moments<double>& in, const GradMoments<double>& g) {
+         EmbeddingConfig<double> c;
+         c.vocab = a.count("vocab", 32000);
+         c.seq_len = a.count("seq", 256);
+         c.weight_var = a.number("weight-var", 1);
+         if (a.has("tables")) {
+           c.token = c.position = c.segment = false;
+           std::stringstream list(a.text("tables", ""));
+           for (std::string t; std::getline(list, t, ',');) {
+             if (t == "token") c.token = true;
+             else if (t == "position") c.position = true;
+             else if (t == "segment") c.segment = true;
+             else throw usage_error("--tables = '" + a.text("tables", "") + "': '" + t +
+                                    "' is not one of token, position, segment");
+           }
+         }
+         return evaluate(Embedding<double>(c), in, g);
        }},
   };
   return table;

@@ -2,8 +2,8 @@
 // can call it without a process and without exit().
 //
 // Exit status: 0 success, 2 bad usage or a value outside its valid range
-// (one line on stderr naming the flag, the value and the valid range; nothing
-// on stdout), 3 a result that overflows.
+// or a result that overflows (one line on stderr naming the flag or quantity,
+// the value and the valid range; nothing on stdout).
 #pragma once
 
 #include <ostream>
@@ -13,6 +13,7 @@
 
 #include "args.hpp"
 #include "component_command.hpp"
+#include "model_command.hpp"
 #include "sigprop/core/errors.hpp"
 
 namespace sigprop::cli {
@@ -26,6 +27,8 @@ inline void usage(std::ostream& out) {
          "\n"
          "commands:\n"
          "  component NAME   forward and backward moments of one component\n"
+         "  table            per-layer variance and correlation table of a whole model\n"
+         "  init             per-layer weight standard deviations of an initialization\n"
          "\n"
          "Run 'sigprop <command> --help' for the options of a command.\n";
 }
@@ -77,6 +80,12 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
         return 0;
       }
       status = component_command(rest, buffer);
+    } else if (args[0] == "table" || args[0] == "init") {
+      if (wants_help(rest)) {
+        (args[0] == "table" ? table_usage : init_usage)(out);
+        return 0;
+      }
+      status = args[0] == "table" ? table_command(rest, buffer) : init_command(rest, buffer);
     } else {
       throw usage_error("unknown command '" + args[0] + "' (see sigprop --help)");
     }
@@ -90,7 +99,7 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     return 2;
   } catch (const sigprop::overflow_error& e) {
     err << "sigprop: error: " << e.what() << "\n";
-    return 3;
+    return 2;
   }
 }
 

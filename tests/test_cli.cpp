@@ -94,3 +94,53 @@ TEST_CASE("cli: help and version go to stdout with status 0", "[cli]") {
   }
   CHECK(run({}).status == 2);
 }
+
+TEST_CASE("cli: every component evaluates and matches the library", "[cli]") {
+  for (const char* name : {"embedding", "linear", "dropout", "relu", "gelu", "layernorm", "softmax", "attention"}) {
+    const Outcome o = run({"component", name, "--corr-len", "0.4", "--format", "json"});
+    INFO(name << ": " << o.err);
+    CHECK(o.status == 0);
+    CHECK(o.out.rfind(std::string("{\"component\": \"") + name + "\", \"forward\": {\"mean\": ", 0) == 0);
+    CHECK(std::count(o.out.begin(), o.out.end(), '\n') == 1);
+  }
+  // ReLU at r = 0.4 against the library.
+  const Outcome o = run({"component", "relu", "--var", "2", "--corr-len", "0.4", "--format", "json"});
+  const auto f = sigprop::Relu<double>().forward({0, 2, 0.4, 0});
+  CHECK(o.out.find("\"var\": " + sigprop::cli::exact(f.var)) != std::string::npos);
+  CHECK(o.out.find("\"corr_len\": " + sigprop::cli::exact(f.corr_len)) != std::string::npos);
+  require_usage_error({"component", "layernorm", "--d", "3"}, "--d", "3", "{4, 5, 6");
+  require_usage_error({"component", "softmax", "--form", "fast"}, "--form", "fast", "exact|full|simplified");
+  require_usage_error({"component", "embedding", "--tables", "token,words"}, "--tables", "words", "token, position, segment");
+  // Overflowing exponentials: status 2, one line naming the quantity.
+  const Outcome big = run({"component", "attention", "--corr-len", "0.5", "--q-var", "1", "--k-var", "1"});
+  CHECK(big.status == 2);
+  CHECK(big.out.empty());
+  CHECK(big.err.find("overflows") != std::string::npos);
+}
+
+TEST_CASE("cli: table and init formats", "[cli][models]") {
+  const Outcome csv = run({"table", "--layers", "3", "--d", "64", "--heads", "4", "--format", "csv"});
+  REQUIRE(csv.status == 0);
+  CHECK(csv.out.rfind("layer,var,corr_len,grad_var,grad_corr_len", 0) == 0);
+  CHECK(std::count(csv.out.begin(), csv.out.end(), '\n') == 5);  // header + n = 0..3
+  const Outcome json = run({"table", "--layers", "3", "--d", "64", "--heads", "4", "--format", "json"});
+  REQUIRE(json.status == 0);
+  CHECK(json.out.front() == '[');
+  CHECK(std::count(json.out.begin(), json.out.end(), '{') == 4);
+  const Outcome text = run({"table"});
+  REQUIRE(text.status == 0);
+  CHECK(std::count(text.out.begin(), text.out.end(), '\n') == 2 + 13);  // description, header, n = 0..12
+  const Outcome init = run({"init", "--scheme", "dslm", "--layers", "2", "--format", "csv"});
+  REQUIRE(init.status == 0);
+  CHECK(init.out.rfind("layer,weight,std\n0,embedding,", 0) == 0);
+  CHECK(std::count(init.out.begin(), init.out.end(), '\n') == 1 + 1 + 2 * 6);
+  // Measured input replaces the embedding: no embedding row.
+  const Outcome measured = run({"init", "--scheme", "xavier", "--layers", "1", "--input-var", "1",
+                                "--input-corr-len", "0.2", "--format", "csv"});
+  CHECK(measured.out.find("embedding") == std::string::npos);
+  require_usage_error({"table", "--arch", "mid-ln"}, "--arch", "mid-ln", "pre-ln|post-ln");
+  require_usage_error({"table", "--dropout", "1"}, "--dropout", "1", "[0, 1)");
+  require_usage_error({"table", "--heads", "5"}, "--heads", "5", "divisor");
+  require_usage_error({"table", "--input-var", "1"}, "--input-var", "input-corr-len", "together");
+  require_usage_error({"init", "--scheme", "dslm", "--layers", "1", "--beta2-k", "5"}, "beta", "5", "(0, 1]");
+}

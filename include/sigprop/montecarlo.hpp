@@ -10,5 +10,16 @@
 #include "sigprop/montecarlo/statistics.hpp"
 #include "sigprop/montecarlo/validation.hpp"
 
+#include "sigprop/montecarlo/ops.hpp"
+
+#include "sigprop/montecarlo/components/attention.hpp"
 #include "sigprop/montecarlo/components/dropout.hpp"
+#include "sigprop/montecarlo/components/elementwise.hpp"
+#include "sigprop/montecarlo/components/embedding.hpp"
+#include "sigprop/montecarlo/components/gelu.hpp"
+#include "sigprop/montecarlo/components/layernorm.hpp"
 #include "sigprop/montecarlo/components/linear.hpp"
+#include "sigprop/montecarlo/components/relu.hpp"
+#include "sigprop/montecarlo/components/softmax.hpp"
+
+#include "sigprop/montecarlo/models.hpp"

@@ -7,5 +7,22 @@
 #include "sigprop/core/moments.hpp"
 #include "sigprop/core/validate.hpp"
 
+#include "sigprop/core/serial.hpp"
+
+#include "sigprop/components/attention.hpp"
 #include "sigprop/components/dropout.hpp"
+#include "sigprop/components/embedding.hpp"
+#include "sigprop/components/gelu.hpp"
+#include "sigprop/components/layernorm.hpp"
 #include "sigprop/components/linear.hpp"
+#include "sigprop/components/relu.hpp"
+#include "sigprop/components/softmax.hpp"
+
+#include "sigprop/blocks/attention_block.hpp"
+#include "sigprop/blocks/ffn_block.hpp"
+#include "sigprop/blocks/multi_head.hpp"
+#include "sigprop/blocks/residual.hpp"
+
+#include "sigprop/models/config.hpp"
+#include "sigprop/models/schemes.hpp"
+#include "sigprop/models/stack.hpp"

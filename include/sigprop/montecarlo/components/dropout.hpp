@@ -3,18 +3,13 @@
 #pragma once
 
 #include "sigprop/components/dropout.hpp"
+#include "sigprop/montecarlo/ops.hpp"
 #include "sigprop/montecarlo/sampler.hpp"
 #include "sigprop/montecarlo/validation.hpp"
 
 namespace sigprop::montecarlo {
 
-/// L x d inverted-dropout mask: 1/(1-p) with probability 1-p, else 0.
-inline Eigen::MatrixXd dropout_mask(Eigen::Index rows, Eigen::Index cols, double p, Random& rng) {
-  Eigen::MatrixXd m(rows, cols);
-  const double keep = 1 - p;
-  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = rng.uniform() < keep ? 1 / keep : 0;
-  return m;
-}
+using ops::dropout_mask;  // one mask sampler for every simulation
 
 inline SimulationResult simulate(const Dropout<double>& layer, const Moments<double>& in,
                                  const GradMoments<double>& grad, const SimulationSetup& setup) {

@@ -1,0 +1,257 @@
+// cli/model_command.hpp -- `sigprop table` (per-layer trace of a whole model)
+// and `sigprop init` (per-layer, per-weight standard deviations of a scheme).
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "output.hpp"
+#include "sigprop/models/schemes.hpp"
+
+namespace sigprop::cli {
+
+/// A model shape, its initialization and the gradient at the top, from flags.
+struct ModelSpec {
+  ModelConfig config;
+  Scheme scheme = Scheme::xavier;
+  InputSpec input;
+  ResidualScaling scaling;
+  WeightOverrides overrides;
+  GradMoments<double> grad_top{1, 0};
+  std::string format = "text";
+};
+
+inline const std::set<std::string>& model_flags() {
+  static const std::set<std::string> flags = {
+      "arch", "scheme", "layers", "d", "heads", "ffn-mult", "activation", "seq", "dropout",
+      "vocab", "tables", "input-var", "input-corr-len", "beta2-k", "beta2-alpha", "grad-var",
+      "grad-corr-len", "format", "final-ln", "embedding-var", "q-var", "k-var", "v-var",
+      "o-var", "ffn1-var", "ffn2-var"};
+  return flags;
+}
+
+inline void model_flags_usage(std::ostream& out) {
+  out << "model (defaults: a BERT-base-like Pre-LN model):\n"
+         "  --arch pre-ln|post-ln (pre-ln)   --final-ln (Pre-LN: LayerNorm after the last layer)\n"
+         "  --scheme xavier|bert|dslm|dslm-simple (xavier)\n"
+         "  --layers N (12)  --d D (768)  --heads H (12)  --ffn-mult M (4)\n"
+         "  --activation relu|gelu (relu)  --seq L (256)  --dropout P (0.1)\n"
+         "input (an embedding, then dropout; or measured moments):\n"
+         "  --vocab V (32000)  --tables token,position,segment (all three)\n"
+         "  --input-var V --input-corr-len R   measured model input (replaces the embedding)\n"
+         "residual scaling beta^2 = K/N^A, lambda^2 = 1 - beta^2 (dslm schemes; given\n"
+         "explicitly, applied to any scheme):  --beta2-k K (2)  --beta2-alpha A (1)\n"
+         "per-entry weight variances replacing the scheme's (all layers):\n"
+         "  --embedding-var --q-var --k-var --v-var --o-var --ffn1-var --ffn2-var\n"
+         "gradient at the model output:  --grad-var G (1)  --grad-corr-len R (0)\n";
+}
+
+inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& formats) {
+  constexpr const char* fn = "sigprop";
+  ModelSpec s;
+  ModelConfig& c = s.config;
+  c.arch = a.choice("arch", {"pre-ln", "post-ln"}, "pre-ln") == "pre-ln" ? Arch::pre_ln : Arch::post_ln;
+  const std::string scheme = a.choice("scheme", {"xavier", "bert", "dslm", "dslm-simple"}, "xavier");
+  s.scheme = scheme == "xavier" ? Scheme::xavier
+             : scheme == "bert" ? Scheme::bert
+             : scheme == "dslm" ? Scheme::dslm
+                                : Scheme::dslm_simple;
+  c.layers = static_cast<std::size_t>(a.count("layers", 12));
+  c.d = static_cast<std::size_t>(a.count("d", 768));
+  c.heads = static_cast<std::size_t>(a.count("heads", 12));
+  c.ffn_mult = static_cast<std::size_t>(a.count("ffn-mult", 4));
+  c.activation = a.choice("activation", {"relu", "gelu"}, "relu") == "relu" ? FfnActivation::relu
+                                                                            : FfnActivation::gelu;
+  c.seq_len = static_cast<std::size_t>(a.count("seq", 256));
+  c.dropout = a.number("dropout", 0.1);
+  require_probability(fn, "--dropout", c.dropout);
+  if (c.d < 4) throw usage_error("--d = " + std::to_string(c.d) + " is outside the valid range: a whole number >= 4");
+  if (c.seq_len < 2) throw usage_error("--seq = 1 is outside the valid range: a whole number >= 2");
+  if (c.d % c.heads != 0)
+    throw usage_error("--heads = " + std::to_string(c.heads) + " is outside the valid range: a divisor of --d = " +
+                      std::to_string(c.d));
+  c.final_layernorm = a.has("final-ln");
+  if (c.final_layernorm && c.arch != Arch::pre_ln)
+    throw usage_error("--final-ln applies to --arch pre-ln only");
+
+  s.input.vocab = a.count("vocab", 32000);
+  if (a.has("tables")) {
+    s.input.token = s.input.position = s.input.segment = false;
+    std::stringstream list(a.text("tables", ""));
+    for (std::string t; std::getline(list, t, ',');) {
+      if (t == "token") s.input.token = true;
+      else if (t == "position") s.input.position = true;
+      else if (t == "segment") s.input.segment = true;
+      else throw usage_error("--tables = '" + a.text("tables", "") + "': '" + t +
+                             "' is not one of token, position, segment");
+    }
+  }
+  if (a.has("input-var") != a.has("input-corr-len"))
+    throw usage_error("--input-var and --input-corr-len go together (measured input moments)");
+  if (a.has("input-var")) {
+    const Moments<double> m{0, a.number("input-var", 1), a.number("input-corr-len", 0), 0};
+    require_positive(fn, "--input-var", m.var);
+    require_correlation(fn, "--input-corr-len", m.corr_len);
+    s.input.measured = m;
+  }
+  s.scaling.k = a.number("beta2-k", 2);
+  s.scaling.alpha = a.number("beta2-alpha", 1);
+  s.scaling.enabled = a.has("beta2-k") || a.has("beta2-alpha");
+  require_positive(fn, "--beta2-k", s.scaling.k);
+  const auto override_of = [&](const char* flag, std::optional<double>& slot) {
+    if (!a.has(flag)) return;
+    const double v = a.number(flag, 0);
+    require_variance(fn, (std::string("--") + flag).c_str(), v);
+    slot = v;
+  };
+  override_of("embedding-var", s.overrides.embedding);
+  override_of("q-var", s.overrides.q);
+  override_of("k-var", s.overrides.k);
+  override_of("v-var", s.overrides.v);
+  override_of("o-var", s.overrides.o);
+  override_of("ffn1-var", s.overrides.ffn1);
+  override_of("ffn2-var", s.overrides.ffn2);
+  s.grad_top = {a.number("grad-var", 1), a.number("grad-corr-len", 0)};
+  require_positive(fn, "--grad-var", s.grad_top.var);
+  require_correlation(fn, "--grad-corr-len", s.grad_top.corr_len);
+  s.format = a.choice("format", formats, "text");
+  return s;
+}
+
+inline ModelWeights weights_of(const ModelSpec& s) {
+  return initialize(s.config, s.scheme, s.input, s.scaling, s.overrides);
+}
+
+inline std::string describe(const ModelSpec& s) {
+  const ModelConfig& c = s.config;
+  std::ostringstream o;
+  o << (c.arch == Arch::pre_ln ? "pre-ln" : "post-ln") << ", " << to_string(s.scheme) << ", N = " << c.layers
+    << ", d = " << c.d << ", H = " << c.heads << ", m = " << c.ffn_mult << ", "
+    << (c.activation == FfnActivation::relu ? "relu" : "gelu") << ", L = " << c.seq_len
+    << ", p = " << c.dropout;
+  return o.str();
+}
+
+inline void table_usage(std::ostream& out) {
+  out << "usage: sigprop table [model flags] [--format text|csv|json]\n\n"
+         "Per-layer moments of the residual stream at initialization, n = 0..N (n = 0 is\n"
+         "the model input, n the output of layer n): variance, length correlation, and\n"
+         "the gradient's variance and length correlation (csv/json add the mean, the\n"
+         "hidden correlation, and the values after each layer's attention sublayer).\n\n";
+  model_flags_usage(out);
+}
+
+inline void init_usage(std::ostream& out) {
+  out << "usage: sigprop init --scheme xavier|bert|dslm|dslm-simple [model flags]\n"
+         "                    [--format text|csv|json]\n\n"
+         "Per-layer, per-weight standard deviations of an initialization scheme, one row\n"
+         "per layer and weight (embedding, q, k, v, o, ffn1, ffn2; q/k/v are per head).\n\n";
+  model_flags_usage(out);
+}
+
+inline int table_command(const std::vector<std::string>& words, std::ostream& out) {
+  const Args args(words, model_flags(), {"final-ln"});
+  if (!args.positional().empty()) throw usage_error("table: unexpected argument '" + args.positional()[0] + "'");
+  const ModelSpec spec = parse_model(args, {"text", "csv", "json"});
+  const Trace t = trace(spec.config, weights_of(spec), spec.grad_top);
+  const std::size_t N = spec.config.layers;
+  if (spec.format == "text") {
+    out << "# " << describe(spec) << "\n";
+    char line[160];
+    std::snprintf(line, sizeof line, "%6s  %12s  %9s  %12s  %13s\n", "layer", "var", "corr_len", "grad_var",
+                  "grad_corr_len");
+    out << line;
+    for (const auto& r : t.rows) {
+      std::snprintf(line, sizeof line, "%6zu  %12.6g  %9.6f  %12.6g  %13.6f\n", r.layer, r.forward.var,
+                    r.forward.corr_len, r.backward.var, r.backward.corr_len);
+      out << line;
+    }
+    return 0;
+  }
+  const char* columns[] = {"layer", "var", "corr_len", "grad_var", "grad_corr_len", "mean", "corr_dim",
+                           "mid_var", "mid_corr_len", "mid_grad_var", "mid_grad_corr_len"};
+  const auto values = [&](std::size_t n) {
+    const TraceRow& r = t.rows[n];
+    std::vector<std::string> v = {std::to_string(n), exact(r.forward.var), exact(r.forward.corr_len),
+                                  exact(r.backward.var), exact(r.backward.corr_len), exact(r.forward.mean),
+                                  exact(r.forward.corr_dim)};
+    if (n == 0) {
+      v.insert(v.end(), 4, spec.format == "csv" ? "" : "null");
+    } else {
+      const TraceRow& m = t.mid[n - 1];
+      for (double x : {m.forward.var, m.forward.corr_len, m.backward.var, m.backward.corr_len})
+        v.push_back(exact(x));
+    }
+    return v;
+  };
+  if (spec.format == "csv") {
+    for (std::size_t i = 0; i < std::size(columns); ++i) out << (i ? "," : "") << columns[i];
+    out << "\n";
+    for (std::size_t n = 0; n <= N; ++n) {
+      const auto v = values(n);
+      for (std::size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
+      out << "\n";
+    }
+  } else {
+    out << "[";
+    for (std::size_t n = 0; n <= N; ++n) {
+      const auto v = values(n);
+      out << (n ? ",\n " : "") << "{";
+      for (std::size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << quoted(columns[i]) << ": " << v[i];
+      out << "}";
+    }
+    out << "]\n";
+  }
+  return 0;
+}
+
+inline int init_command(const std::vector<std::string>& words, std::ostream& out) {
+  const Args args(words, model_flags(), {"final-ln"});
+  if (!args.positional().empty()) throw usage_error("init: unexpected argument '" + args.positional()[0] + "'");
+  const ModelSpec spec = parse_model(args, {"text", "csv", "json"});
+  const ModelWeights w = weights_of(spec);
+  struct Row {
+    std::size_t layer;
+    const char* weight;
+    double std;
+  };
+  std::vector<Row> rows;
+  if (!spec.input.measured) rows.push_back({0, "embedding", std::sqrt(w.embedding_var)});
+  for (std::size_t n = 0; n < w.layers.size(); ++n) {
+    const LayerWeights& l = w.layers[n];
+    for (const auto& [name, var] : {std::pair<const char*, double>{"q", l.q}, {"k", l.k}, {"v", l.v}, {"o", l.o},
+                                    {"ffn1", l.ffn1}, {"ffn2", l.ffn2}})
+      rows.push_back({n + 1, name, std::sqrt(var)});
+  }
+  if (spec.format == "text") {
+    out << "# " << describe(spec) << "\n";
+    if (!w.layers.empty())
+      out << "# residual: x <- " << brief(w.layers[0].skip_scale) << " x + " << brief(w.layers[0].branch_scale)
+          << " f(x)\n";
+    char line[96];
+    std::snprintf(line, sizeof line, "%6s  %-9s  %12s\n", "layer", "weight", "std");
+    out << line;
+    for (const auto& r : rows) {
+      std::snprintf(line, sizeof line, "%6zu  %-9s  %12.6g\n", r.layer, r.weight, r.std);
+      out << line;
+    }
+  } else if (spec.format == "csv") {
+    out << "layer,weight,std\n";
+    for (const auto& r : rows) out << r.layer << "," << r.weight << "," << exact(r.std) << "\n";
+  } else {
+    out << "[";
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      out << (i ? ",\n " : "") << "{\"layer\": " << rows[i].layer << ", \"weight\": " << quoted(rows[i].weight)
+          << ", \"std\": " << exact(rows[i].std) << "}";
+    out << "]\n";
+  }
+  return 0;
+}
+
+}  // namespace sigprop::cli

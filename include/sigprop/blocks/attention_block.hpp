@@ -1,0 +1,35 @@
+// sigprop/blocks/attention_block.hpp -- the attention block of a transformer
+// layer: H heads (Q/K/V projections d -> d/H, softmax attention with dropout
+// on the probabilities), concatenation, output projection W_O (d x d) and
+// dropout on the output. LayerNorm placement is left to the stack.
+//
+// Reference: Kedia et al. (ICML 2024), appendix C.1. Built by composition:
+//   serial(multi_head(Attention(d, d/H, L, q, k, v, p), H), Linear(d, d, o), Dropout(p)).
+#pragma once
+
+#include "sigprop/blocks/multi_head.hpp"
+#include "sigprop/components/attention.hpp"
+#include "sigprop/components/dropout.hpp"
+#include "sigprop/components/linear.hpp"
+#include "sigprop/core/serial.hpp"
+
+namespace sigprop {
+
+/// Per-entry weight variances of an attention block.
+template <class T>
+struct AttentionWeights {
+  T q, k, v, o;
+};
+
+template <class T>
+using AttentionBlock = Serial<T, MultiHead<T, Attention<T>>, Linear<T>, Dropout<T>>;
+
+/// The attention block for width d, H heads, sequence length L, dropout p.
+template <class T>
+AttentionBlock<T> attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p) {
+  require_width("sigprop::attention_block", "heads", heads);
+  return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p), heads),
+                Linear<T>(d, d, w.o), Dropout<T>(p));
+}
+
+}  // namespace sigprop

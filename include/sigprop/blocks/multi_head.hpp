@@ -1,0 +1,48 @@
+// sigprop/blocks/multi_head.hpp -- H independent heads on the same input,
+// outputs concatenated.
+//
+// Reference: Kedia et al. (ICML 2024), appendix C.1: every output entry comes
+// from one head, so the forward per-entry moments are those of one head (of
+// width d_k = d/H). Backward: the input gradient is the sum of the H heads'
+// input gradients; the heads have independent zero-mean weights, so their
+// contributions are uncorrelated and gradient variance and covariance are H
+// times one head's (the correlation is unchanged).
+#pragma once
+
+#include <utility>
+
+#include "sigprop/core/component.hpp"
+
+namespace sigprop {
+
+template <class T, class Head>
+class MultiHead : public Component<MultiHead<T, Head>, T> {
+ public:
+  static constexpr const char* name = "sigprop::MultiHead";
+
+  MultiHead(Head head, T heads) : head_(std::move(head)), heads_(heads) {
+    require_width(name, "heads", heads_);
+  }
+
+  const Head& head() const { return head_; }
+  const T& heads() const { return heads_; }
+
+  Moments<T> forward_impl(const Moments<T>& in) const { return head_.forward(in); }
+
+  GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
+    GradMoments<T> one = head_.backward(in, g);
+    one.var = heads_ * one.var;
+    return one;
+  }
+
+ private:
+  Head head_;
+  T heads_;
+};
+
+template <class Head, class T = typename Head::value_type>
+MultiHead<T, Head> multi_head(Head head, T heads) {
+  return MultiHead<T, Head>(std::move(head), heads);
+}
+
+}  // namespace sigprop

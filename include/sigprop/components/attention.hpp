@@ -1,0 +1,248 @@
+// sigprop/components/attention.hpp -- single-head scaled dot-product attention:
+//   Q = X Wq, K = X Wk, V = X Wv   (d_in -> d_k, i.i.d. N(0, q_var), N(0, k_var), N(0, v_var)),
+//   P = softmax_keys(Q K^T / sqrt(d_k))   (full, non-causal, over the L keys),
+//   Y = dropout_p(P) V                    (inverted dropout on the probabilities).
+//
+// Reference: Kedia et al., "Transformers Get Stable" (ICML 2024), appendix B.8,
+// corrected where the Monte Carlo twin (montecarlo/components/attention.hpp)
+// contradicts it; docs/components/attention.md lists every correction with the
+// measurement behind it.
+//
+// Derivation (B.8, with the same decomposition). Split each input row into a
+// part shared by all positions and a position-specific part,
+// x_k = c + delta_k, with E[c_j^2] = r s^2 + mu^2 ("common") and
+// Var[delta_kj] = (1 - r) s^2 (pos_var). The shared part adds the same amount to
+// every score of a query and cancels in the softmax, so for query i the
+// scores are s_ik = w_i . delta_k with w_i = x_i Wq Wk^T / sqrt(d_k): given
+// w_i they are i.i.d. N(0, sigma_i^2), and delta_kj is tilted by the weighting
+// to mean gamma_ij = Cov(delta_kj, s_ik). With t = d_in q_var k_var (d_k
+// cancels) and m2 = s^2 + mu^2:
+//   score_var    sigma^2 = E[sigma_i^2] = (1 - r) s^2 d_in t m2   (B.8: (1-r) d_in^2 s^4 q k)
+//   tilt_var     gamma^2 = E[gamma_ij^2] = t m2 ((1 - r)^2 s^4 + (d_in - 1) (r^d s^2)^2)
+//   corr_queries rho     = Corr(w_i, w_m) = (r s^2 + mu^2)/m2   (Linear's r_out)
+// The softmax enters only through two sums of squared weights,
+//   F_var = L E[sum_k P_ik^2]        -> e^{sigma^2}      (L, d_in, d_k -> inf),
+//   F_cov = L E[sum_k P_ik P_mk]     -> e^{rho sigma^2}  (two queries i != m),
+// computed here to second order: the fluctuation of the query norm (the
+// exact second cumulant of the Wishart quadratic form, fluctuation c below)
+// and the finite number of keys (delta method for the ratio of sums):
+//   F(kappa, rho_k) = e^{kappa + (1 + rho_k^2) c sigma^4 / 2} / (1 + (e^kappa - 1)(2 e^{sigma^2} - 1)/L),
+//   F_var = F(sigma^2, 1),  F_cov = F(rho sigma^2, rho).
+// Then, for the output before V, O = dropout(P) X:
+//   E[O^2]   = common + gamma^2 (1 - F_var/L)^2 + F_var (pos_var + gamma^2)/L
+//              + p/(1 - p) F_var (m2 + 4 gamma^2)/L
+//   Cov_len  = common + rho gamma^2 (1 - F_var/L)^2 + F_cov (pos_var + rho gamma^2)/L
+// and Y = O Wv multiplies both by d_in v_var (Linear, B.2). mean 0, and r^d_out
+// = 0: distinct value units use independent columns of Wv.
+// Backward, value path dX = dropout(P)^T g Wv^T (B.8's backward), with the
+// exact sum rules sum_k P_ik = 1 for the covariance:
+//   Var     = d_k v_var g^2 (F_var/(L (1 - p)) + r_g (L - 1) F_cov / L)
+//   Cov_len = d_k v_var g^2 ((1 - F_var/L)/(L - 1) + r_g (1 - F_cov/L))
+// The paper's forms are the limit F_var = F_cov = 1 of the backward, and its
+// forward has F_cov = 1, no rho gamma^2 term and the dropout factor on the
+// position-specific part only. At q_var k_var = 0 (uniform attention) or r = 1
+// every formula above is exact for any L.
+//
+// Assumptions: Gaussian input, zero-mean weights; the hidden correlation r^d
+// belongs to the position-specific part (the convention of
+// montecarlo::sample_activations) and is capped there by Cauchy-Schwarz; the
+// approximations are good while the scores are moderate (sigma^2 up to ~2 at
+// L = 300): beyond that attention concentrates on few keys and F_var
+// falls below its expansion (docs/components/attention.md has the numbers).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+#include "sigprop/core/component.hpp"
+
+namespace sigprop {
+
+/// The moments of one attention layer's input that its closed forms use
+/// (see the derivation at the top of this header).
+template <class T>
+struct AttentionTerms {
+  T second;        ///< m2 = s^2 + mu^2, E[x^2]
+  T pos_var;       ///< (1 - r) s^2, variance of the position-specific part
+  T common;        ///< r s^2 + mu^2, second moment of the part shared by all positions
+  T corr_queries;  ///< rho, correlation of two queries' score vectors w_i, w_m
+  T score_var;     ///< sigma^2, variance of the position-specific part of a score
+  T tilt_var;      ///< gamma^2, squared shift of a value's mean under the softmax weights
+  T weight_sq;     ///< F_var = L E[sum_k P_ik^2]
+  T weight_cross;  ///< F_cov = L E[sum_k P_ik P_mk], i != m
+};
+
+template <class T = double>
+class Attention : public Component<Attention<T>, T> {
+ public:
+  static constexpr const char* name = "sigprop::Attention";
+
+  /// Widths d_in, d_k, sequence length seq_len (>= 2), the per-entry
+  /// variances of Wq, Wk, Wv, and the dropout probability p on the attention
+  /// probabilities.
+  Attention(T d_in, T d_k, T seq_len, T q_var, T k_var, T v_var, T p = 0)
+      : d_in_(d_in), d_k_(d_k), seq_len_(seq_len), q_var_(q_var), k_var_(k_var), v_var_(v_var),
+        p_(p) {
+    require_width(name, "d_in", d_in_);
+    require_width(name, "d_k", d_k_);
+    require_width(name, "seq_len", seq_len_, 2);
+    require_variance(name, "q_var", q_var_);
+    require_variance(name, "k_var", k_var_);
+    require_variance(name, "v_var", v_var_);
+    require_probability(name, "p", p_);
+  }
+
+  const T& d_in() const { return d_in_; }
+  const T& d_k() const { return d_k_; }
+  const T& seq_len() const { return seq_len_; }
+  const T& q_var() const { return q_var_; }
+  const T& k_var() const { return k_var_; }
+  const T& v_var() const { return v_var_; }
+  const T& p() const { return p_; }
+
+  /// The intermediate moments for input `in` (validated like forward()).
+  AttentionTerms<T> terms(const Moments<T>& in) const {
+    require_moments(name, in);
+    return terms_of(in);
+  }
+
+  Moments<T> forward_impl(const Moments<T>& in) const {
+    const AttentionTerms<T> a = terms_of(in);
+    const T& L = seq_len_;
+    const T mean_shrink = 1 - a.weight_sq / L;  // E[sum_k P_ik delta_kj] = gamma_ij (1 - F_var/L)
+    const T tilt_sq = a.tilt_var * mean_shrink * mean_shrink;
+    const T second = a.common + tilt_sq + a.weight_sq * (a.pos_var + a.tilt_var) / L +
+                     p_ / (1 - p_) * a.weight_sq * (a.second + 4 * a.tilt_var) / L;
+    const T cov = a.common + a.corr_queries * tilt_sq +
+                  a.weight_cross * (a.pos_var + a.corr_queries * a.tilt_var) / L;
+    Moments<T> out;
+    out.mean = 0 * L;
+    out.var = d_in_ * v_var_ * second;
+    out.corr_len = math::ratio_or(cov, second, 1);
+    out.corr_dim = 0 * L;
+    return out;
+  }
+
+  /// dLoss/dX = value path (through V) + softmax path (through Q and K).
+  /// Only the value path is modelled (B.8); the softmax path, and its
+  /// covariance with the value path, add to var and cov_len when modelled.
+  GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
+    const GradMoments<T> value = value_path_impl(in, g);
+    return value;
+  }
+
+  /// The gradient through V alone, dX = dropout(P)^T g Wv^T (validated like backward()).
+  GradMoments<T> value_path(const Moments<T>& in, const GradMoments<T>& g) const {
+    require_moments(name, in);
+    require_grad_moments(name, g);
+    return checked_grad(value_path_impl(in, g));
+  }
+
+  /// The paper's forms (B.8 as printed, SPEC.md), kept for comparison: they
+  /// assume near-uniform attention and miss the corrections listed above.
+  Moments<T> forward_paper(const Moments<T>& in) const {
+    require_moments(name, in);
+    using std::exp;
+    const T& L = seq_len_;
+    const T r = in.corr_len, s2 = in.var;
+    const T t = d_in_ * q_var_ * k_var_;
+    const T e = exp((1 - r) * d_in_ * t * s2 * s2);
+    require_finite_exp(e, (1 - r) * d_in_ * t * s2 * s2);
+    const T tilt = (1 - r) * (1 - r) * t * s2 * s2 * s2;
+    const T second = ((L - 1) * tilt + e / (1 - p_) * (4 * tilt + (1 - r) * s2)) / L + r * s2;
+    const T cov = r * s2 + (2 * tilt + (1 - r) * s2) / L;
+    Moments<T> out;
+    out.mean = 0 * L;
+    out.var = d_in_ * v_var_ * second;
+    out.corr_len = math::ratio_or(cov, second, 1);
+    out.corr_dim = 0 * L;
+    return this->checked(name, out);
+  }
+
+  GradMoments<T> backward_paper(const Moments<T>& in, const GradMoments<T>& g) const {
+    require_moments(name, in);
+    require_grad_moments(name, g);
+    const T& L = seq_len_;
+    const T scale = d_k_ * v_var_ * g.var;
+    const T var = scale * (1 + (L - 1) * g.corr_len * (1 - p_)) / (L * (1 - p_));
+    const T cov = scale * (1 + (L - 1) * g.corr_len) / L;
+    return checked_grad({var, math::ratio_or(cov, var, 0)});
+  }
+
+ private:
+  GradMoments<T> value_path_impl(const Moments<T>& in, const GradMoments<T>& g) const {
+    const AttentionTerms<T> a = terms_of(in);
+    const T& L = seq_len_;
+    const T scale = d_k_ * v_var_ * g.var;
+    const T var = scale * (a.weight_sq / (L * (1 - p_)) + g.corr_len * (L - 1) / L * a.weight_cross);
+    const T cov = scale * ((1 - a.weight_sq / L) / (L - 1) + g.corr_len * (1 - a.weight_cross / L));
+    return {var, math::ratio_or(cov, var, 0)};
+  }
+
+  static GradMoments<T> checked_grad(GradMoments<T> out) {
+    check_result(name, "grad_var", out.var);
+    check_result(name, "grad_corr_len", out.corr_len);
+    out.corr_len = math::clamp_correlation(out.corr_len);
+    return out;
+  }
+
+  AttentionTerms<T> terms_of(const Moments<T>& in) const {
+    using std::exp;
+    using std::expm1;
+    const T& L = seq_len_;
+    const T t = d_in_ * q_var_ * k_var_;
+    AttentionTerms<T> a;
+    a.second = in.var + in.mean * in.mean;
+    a.pos_var = (1 - in.corr_len) * in.var;
+    a.common = in.corr_len * in.var + in.mean * in.mean;
+    a.corr_queries = math::ratio_or(a.common, a.second, 1);
+    a.score_var = a.pos_var * d_in_ * t * a.second;
+    // Covariance of two hidden units within the position-specific part,
+    // bounded by that part's variance (Cauchy-Schwarz).
+    const T hidden_cov = clamp_abs(in.corr_dim * in.var, a.pos_var);
+    a.tilt_var = t * a.second * (a.pos_var * a.pos_var + (d_in_ - 1) * hidden_cov * hidden_cov);
+    // Relative fluctuation of |w_i|^2: E tr((M M^T)^2) / (E tr(M M^T))^2 for
+    // M = Wq Wk^T / sqrt(d_k), from the Wishart moments of Wq^T Wq and Wk^T Wk.
+    const T fluct = ((d_in_ + 1) * (d_in_ + d_k_ + 1) + d_in_ * d_k_ + 2) / (d_in_ * d_in_ * d_k_);
+    // e^{sigma^2} (B.8's e^{(1 - r) d_in t s2^2}) and the larger exponentials
+    // built on it must be finite: each check reports its exponent.
+    const T exp_score = exp(a.score_var);
+    require_finite_exp(exp_score, a.score_var);
+    const T s4 = a.score_var * a.score_var;
+    const T jensen_var = exp(a.score_var + fluct * s4);
+    require_finite_exp(jensen_var, a.score_var + fluct * s4);
+    const T cross = a.corr_queries * a.score_var;
+    const T jensen_cross = exp(cross + (1 + a.corr_queries * a.corr_queries) / 2 * fluct * s4);
+    // Finite L: 1 + (e^kappa - 1)(2 e^{sigma^2} - 1)/L, kappa = sigma^2 and rho sigma^2.
+    const T spread = 2 * exp_score - 1;
+    const T finite_var = 1 + expm1(a.score_var) * spread / L;
+    const T finite_cross = 1 + expm1(cross) * spread / L;
+    require_finite_exp(finite_var, 2 * a.score_var);
+    a.weight_sq = jensen_var / finite_var;
+    a.weight_cross = jensen_cross / finite_cross;
+    return a;
+  }
+
+  // x clamped to [-bound, bound], lane-wise (bound >= 0).
+  static T clamp_abs(const T& x, const T& bound) {
+    if constexpr (is_scalar_v<T>) return std::clamp(x, -bound, bound);
+    else return x.max(-bound).min(bound);
+  }
+
+  // An exponential of the score variance must be finite: report the exponent.
+  static void require_finite_exp(const T& value, const T& exponent) {
+    for (std::size_t i = 0; i < lane_count(value); ++i) {
+      if (!std::isfinite(static_cast<double>(lane(value, i))))
+        detail::raise_overflow(
+            name, "the exponential of the score variance, exponent",
+            static_cast<double>(lane(exponent, i)),
+            "the score variance (1 - r) s2 d_in^2 q_var k_var (s2 + mu^2) is too large; "
+            "attention is then one-hot and outside this closed form");
+    }
+  }
+
+  T d_in_, d_k_, seq_len_, q_var_, k_var_, v_var_, p_;
+};
+
+}  // namespace sigprop

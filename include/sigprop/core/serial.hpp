@@ -1,0 +1,80 @@
+// sigprop/core/serial.hpp -- composition of components, applied in order.
+//
+// Like neural-tangents' stax.serial: a fold over layers. The backward map
+// re-runs the forward pass from `in` to recover each part's input moments (a
+// part's backward map may depend on them), then walks the parts in reverse.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <tuple>
+#include <utility>
+
+#include "sigprop/core/component.hpp"
+
+namespace sigprop {
+
+template <class T, class... Parts>
+class Serial : public Component<Serial<T, Parts...>, T> {
+  static_assert(sizeof...(Parts) > 0, "sigprop::Serial needs at least one part");
+
+ public:
+  static constexpr const char* name = "sigprop::Serial";
+  static constexpr std::size_t size = sizeof...(Parts);
+
+  explicit Serial(Parts... parts) : parts_(std::move(parts)...) {}
+
+  const std::tuple<Parts...>& parts() const { return parts_; }
+  template <std::size_t I>
+  const auto& part() const { return std::get<I>(parts_); }
+
+  Moments<T> forward_impl(const Moments<T>& in) const {
+    return forward_from<0>(in);
+  }
+
+  /// Input moments of every part (element I is what part I receives) and the output.
+  std::array<Moments<T>, size + 1> forward_all(const Moments<T>& in) const {
+    std::array<Moments<T>, size + 1> states{};
+    states[0] = in;
+    fill_states<0>(states);
+    return states;
+  }
+
+  GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& grad_out) const {
+    const auto states = forward_all(in);
+    return backward_from<size>(states, grad_out);
+  }
+
+ private:
+  template <std::size_t I>
+  Moments<T> forward_from(const Moments<T>& x) const {
+    if constexpr (I == size) return x;
+    else return forward_from<I + 1>(std::get<I>(parts_).forward(x));
+  }
+
+  template <std::size_t I>
+  void fill_states(std::array<Moments<T>, size + 1>& states) const {
+    if constexpr (I < size) {
+      states[I + 1] = std::get<I>(parts_).forward(states[I]);
+      fill_states<I + 1>(states);
+    }
+  }
+
+  // Gradient at the input of part I-1 .. 0, given the gradient at the output of part I-1.
+  template <std::size_t I>
+  GradMoments<T> backward_from(const std::array<Moments<T>, size + 1>& states,
+                               const GradMoments<T>& g) const {
+    if constexpr (I == 0) return g;
+    else return backward_from<I - 1>(states, std::get<I - 1>(parts_).backward(states[I - 1], g));
+  }
+
+  std::tuple<Parts...> parts_;
+};
+
+/// serial(a, b, c): x -> c(b(a(x))). All parts must share the value type T.
+template <class First, class... Rest>
+Serial<typename First::value_type, First, Rest...> serial(First first, Rest... rest) {
+  return Serial<typename First::value_type, First, Rest...>(std::move(first), std::move(rest)...);
+}
+
+}  // namespace sigprop

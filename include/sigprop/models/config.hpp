@@ -1,0 +1,69 @@
+// sigprop/models/config.hpp -- the architecture of a whole transformer and the
+// per-layer weight variances and residual scales of one initialization.
+//
+// Shared by the closed-form stacks (stack.hpp), the initialization schemes
+// (schemes.hpp) and the whole-model simulation (montecarlo/models.hpp).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "sigprop/core/moments.hpp"
+#include "sigprop/core/validate.hpp"
+
+namespace sigprop {
+
+/// Where the LayerNorms sit (Kedia et al. 2024, section 2; Xiong et al. 2020).
+enum class Arch {
+  pre_ln,   ///< x = lambda x + beta f(LN(x))
+  post_ln,  ///< x = LN(lambda x + beta f(x))
+};
+
+enum class FfnActivation { relu, gelu };
+
+/// The shape of the model; widths are counts, p the dropout probability used
+/// everywhere (embedding, attention probabilities, block outputs).
+struct ModelConfig {
+  Arch arch = Arch::pre_ln;
+  std::size_t layers = 12;       ///< N
+  std::size_t d = 768;           ///< model width
+  std::size_t heads = 12;        ///< H (head width d / H)
+  std::size_t ffn_mult = 4;      ///< m (FFN width m d)
+  FfnActivation activation = FfnActivation::relu;
+  std::size_t seq_len = 256;     ///< L
+  double dropout = 0.1;          ///< p
+  bool final_layernorm = false;  ///< Pre-LN only: a LayerNorm after the last layer
+
+  std::size_t head_width() const { return d / heads; }
+
+  void validate(const char* function) const {
+    require_width(function, "layers", static_cast<double>(layers));
+    require_width(function, "d", static_cast<double>(d), 2);
+    require_width(function, "heads", static_cast<double>(heads));
+    require_width(function, "ffn_mult", static_cast<double>(ffn_mult));
+    require_width(function, "seq_len", static_cast<double>(seq_len), 2);
+    require_probability(function, "dropout", dropout);
+    if (d % heads != 0)
+      throw domain_error(std::string(function) + ": heads = " + std::to_string(heads) +
+                         " is outside the valid range: a divisor of d = " + std::to_string(d));
+  }
+};
+
+/// Per-entry weight variances of one layer and its residual scales.
+struct LayerWeights {
+  double q = 0, k = 0, v = 0, o = 0;  ///< attention projections (d x d/H per head; O is d x d)
+  double ffn1 = 0, ffn2 = 0;          ///< FFN d x m d and m d x d
+  double skip_scale = 1;              ///< lambda
+  double branch_scale = 1;            ///< beta
+};
+
+/// An initialization: the model input moments (after the embedding and its
+/// dropout) and each layer's weights.
+struct ModelWeights {
+  Moments<double> input{0, 1, 0, 0};
+  double embedding_var = 0;  ///< per-entry variance of each embedding table (0: input given directly)
+  std::vector<LayerWeights> layers;
+};
+
+}  // namespace sigprop

@@ -1,0 +1,172 @@
+// sigprop/montecarlo/components/attention.hpp -- the empirical twin of
+// sigprop::Attention: real single-head scaled dot-product attention with
+// Gaussian Wq, Wk, Wv, a real softmax over the keys, a real inverted-dropout
+// mask on the attention probabilities, and real backpropagation through every
+// path (values, and the softmax through queries and keys).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "sigprop/components/attention.hpp"
+#include "sigprop/montecarlo/components/dropout.hpp"
+#include "sigprop/montecarlo/sampler.hpp"
+#include "sigprop/montecarlo/validation.hpp"
+
+namespace sigprop::montecarlo {
+
+/// One simulation with the input gradient split by path: the value path
+/// (through V = X Wv) and the softmax path (through Q = X Wq and K = X Wk).
+/// `backward` is their sum, the real gradient.
+struct AttentionSimulationResult {
+  MomentEstimates forward;
+  GradEstimates backward;
+  GradEstimates backward_value_path;
+  GradEstimates backward_softmax_path;
+};
+
+/// The L x d_k output Y of one trial and the three parts of dLoss/dX for
+/// loss = sum(Y .* g).
+struct AttentionTrial {
+  Eigen::MatrixXd out, grad_value_path, grad_softmax_path;
+};
+
+/// One forward and backward pass: x is L x d_in, g is L x d_k, mask is the
+/// L x L inverted-dropout mask (empty for p = 0).
+inline AttentionTrial attention_trial(const Eigen::MatrixXd& x, const Eigen::MatrixXd& wq,
+                                      const Eigen::MatrixXd& wk, const Eigen::MatrixXd& wv,
+                                      const Eigen::MatrixXd& mask, const Eigen::MatrixXd& g) {
+  const double inv_sqrt_dk = 1 / std::sqrt(static_cast<double>(wq.cols()));
+  const Eigen::MatrixXd q = x * wq, k = x * wk, v = x * wv;
+  // Scores and a row softmax over the keys, shifted by the row maximum.
+  Eigen::MatrixXd prob = (q * k.transpose()) * inv_sqrt_dk;
+  const Eigen::VectorXd row_max = prob.rowwise().maxCoeff();
+  prob = (prob.colwise() - row_max).array().exp().matrix();
+  const Eigen::VectorXd row_sum = prob.rowwise().sum();
+  prob = row_sum.cwiseInverse().asDiagonal() * prob;
+  const bool dropout = mask.size() > 0;
+  const Eigen::MatrixXd kept = dropout ? prob.cwiseProduct(mask) : prob;
+
+  AttentionTrial t;
+  t.out = kept * v;
+  // Backward for loss = sum(out .* g).
+  const Eigen::MatrixXd grad_v = kept.transpose() * g;
+  Eigen::MatrixXd grad_prob = g * v.transpose();
+  if (dropout) grad_prob = grad_prob.cwiseProduct(mask);
+  // Softmax Jacobian row by row: dS = P .* (dP - rowsum(P .* dP)).
+  const Eigen::VectorXd centre = prob.cwiseProduct(grad_prob).rowwise().sum();
+  const Eigen::MatrixXd grad_scores =
+      prob.cwiseProduct(grad_prob.colwise() - centre) * inv_sqrt_dk;
+  const Eigen::MatrixXd grad_q = grad_scores * k, grad_k = grad_scores.transpose() * q;
+  t.grad_value_path = grad_v * wv.transpose();
+  t.grad_softmax_path = grad_q * wq.transpose() + grad_k * wk.transpose();
+  return t;
+}
+
+inline AttentionSimulationResult simulate_paths(const Attention<double>& layer,
+                                                const Moments<double>& in,
+                                                const GradMoments<double>& grad,
+                                                const SimulationSetup& setup) {
+  constexpr const char* fn = "sigprop::montecarlo::simulate(Attention)";
+  require_setup(fn, setup);
+  const Eigen::Index d_in = to_size(fn, "d_in", layer.d_in());
+  const Eigen::Index d_k = to_size(fn, "d_k", layer.d_k());
+  const Eigen::Index seq_len = to_size(fn, "seq_len", layer.seq_len());
+  Random rng(setup.seed);
+  MomentAccumulator fwd, bwd, bwd_value, bwd_softmax;
+  const Eigen::MatrixXd no_mask;
+  for (std::size_t trial = 0; trial < setup.trials; ++trial) {
+    const Eigen::MatrixXd x = sample_activations(seq_len, d_in, in, rng);
+    const Eigen::MatrixXd wq = rng.normal_matrix(d_in, d_k, layer.q_var());
+    const Eigen::MatrixXd wk = rng.normal_matrix(d_in, d_k, layer.k_var());
+    const Eigen::MatrixXd wv = rng.normal_matrix(d_in, d_k, layer.v_var());
+    const Eigen::MatrixXd mask =
+        layer.p() > 0 ? dropout_mask(seq_len, seq_len, layer.p(), rng) : no_mask;
+    const Eigen::MatrixXd g = sample_gradient(seq_len, d_k, grad, rng);
+    const AttentionTrial t = attention_trial(x, wq, wk, wv, mask, g);
+    fwd.add(t.out);
+    bwd.add(t.grad_value_path + t.grad_softmax_path);
+    bwd_value.add(t.grad_value_path);
+    bwd_softmax.add(t.grad_softmax_path);
+  }
+  return {fwd.result(), bwd.grad_result(), bwd_value.grad_result(), bwd_softmax.grad_result()};
+}
+
+/// The layer's own seq_len is the simulated L (setup.seq_len and setup.width
+/// are not used); the measured gradient is the real one, through all paths.
+inline SimulationResult simulate(const Attention<double>& layer, const Moments<double>& in,
+                                 const GradMoments<double>& grad, const SimulationSetup& setup) {
+  const AttentionSimulationResult r = simulate_paths(layer, in, grad, setup);
+  return {r.forward, r.backward};
+}
+
+/// The comparisons of one grid, all labelled "attention" (the Table 20 row
+/// they are compared with): the closed form against the real gradient (all
+/// paths) and against the gradient through V alone, and the same two for the
+/// paper's forms as printed (B.8), from the same simulations.
+struct AttentionValidation {
+  ValidationReport total{"attention"};
+  ValidationReport value_path{"attention"};
+  ValidationReport paper_total{"attention"};
+  ValidationReport paper_value_path{"attention"};
+
+  /// One grid point: the layer's input, its predicted value-path gradient
+  /// and everything measured (including the softmax-path gradient).
+  struct Point {
+    Moments<double> in;
+    GradMoments<double> grad_out, predicted_grad;
+    AttentionSimulationResult measured;
+  };
+  std::vector<Point> points;
+};
+
+/// Table 21 grid for single-head attention: mu = 0, s^2 = 1, r and r_g in
+/// [0, 1), g^2 in [0.1, 10], d_in in [100, 1000], d_k in {32, 64, 128, 256},
+/// L in [300, 10^4], p in [0, 1) (capped at 0.9: at p -> 1 a finite sample
+/// keeps almost no probabilities). Table 21 gives no Q/K/V scales; q_var and
+/// k_var are drawn log-uniformly in [0.1, 2]/d_in each (score variance
+/// d_in^2 q_var k_var in [0.01, 4], around the 1/d_in of Xavier and
+/// DeepScaleLM) and v_var in [0.1, 10]/d_in. Widths and lengths are drawn
+/// log-uniformly, `opt.scale` shrinks their upper ends towards the lower ones.
+/// Trials: opt.trials_for(d_k), since the d_k value units of a trial are
+/// independent draws given the input and the attention probabilities.
+inline AttentionValidation validate_attention_paths(const GridOptions& opt) {
+  AttentionValidation report;
+  Random rng(opt.seed);
+  auto log_uniform = [&](double lo, double hi) {
+    return std::exp(uniform_in(rng, std::log(lo), std::log(hi)));
+  };
+  auto upper = [&](double lo, double hi) { return lo + (hi - lo) * opt.scale; };
+  constexpr double head_widths[] = {32, 64, 128, 256};
+  for (std::size_t i = 0; i < opt.points; ++i) {
+    const double d_in = static_cast<double>(log_uniform_int(rng, 100, upper(100, 1000)));
+    const double d_k = head_widths[std::min(static_cast<std::size_t>(4 * rng.uniform()), std::size_t{3})];
+    const double seq_len = static_cast<double>(log_uniform_int(rng, 300, upper(300, 1e4)));
+    const double q_var = log_uniform(0.1, 2) / d_in, k_var = log_uniform(0.1, 2) / d_in;
+    const double v_var = log_uniform(0.1, 10) / d_in;
+    const double p = uniform_in(rng, 0, 0.9);
+    const Moments<double> in{0, 1, uniform_in(rng, 0, 1), 0};
+    const GradMoments<double> g{log_uniform(0.1, 10), uniform_in(rng, 0, 1)};
+    SimulationSetup setup;
+    setup.trials = opt.trials_for(d_k);
+    setup.seed = rng.next();
+    const Attention<double> layer(d_in, d_k, seq_len, q_var, k_var, v_var, p);
+    const AttentionSimulationResult sim = simulate_paths(layer, in, g, setup);
+    const SimulationResult total{sim.forward, sim.backward};
+    const SimulationResult value{sim.forward, sim.backward_value_path};
+    report.total.add_all(layer.forward(in), layer.backward(in, g), total);
+    report.value_path.add_all(layer.forward(in), layer.value_path(in, g), value);
+    report.paper_total.add_all(layer.forward_paper(in), layer.backward_paper(in, g), total);
+    report.paper_value_path.add_all(layer.forward_paper(in), layer.backward_paper(in, g), value);
+    report.points.push_back({in, g, layer.value_path(in, g), sim});
+  }
+  return report;
+}
+
+/// The Table 20 comparison: the closed form against the real gradient.
+inline ValidationReport validate_attention(const GridOptions& opt) {
+  return validate_attention_paths(opt).total;
+}
+
+}  // namespace sigprop::montecarlo

@@ -1,0 +1,197 @@
+// sigprop/montecarlo/models.hpp -- whole-model simulation: real multi-head
+// attention, LayerNorm, FFN, dropout and residual scaling with random weights,
+// forward and real backpropagation, measuring every layer's residual stream.
+//
+// Layer n (Kedia et al. 2024, section 2 and appendix G):
+//   Pre-LN : x <- lambda x + beta Attn(LN(x));  x <- lambda x + beta FFN(LN(x))
+//   Post-LN: x <- LN(lambda x + beta Attn(x));  x <- LN(lambda x + beta FFN(x))
+//   Attn(h) = Dropout(concat_h(head_h(h)) W_O),  FFN(h) = Dropout(act(h W1) W2)
+// The model input is drawn with the given moments (compound symmetric along
+// length) and the gradient at the top with (grad var, grad corr_len).
+#pragma once
+
+#include <vector>
+
+#include "sigprop/models/config.hpp"
+#include "sigprop/montecarlo/ops.hpp"
+#include "sigprop/montecarlo/sampler.hpp"
+#include "sigprop/montecarlo/statistics.hpp"
+
+namespace sigprop::montecarlo {
+
+/// Measured statistics at every layer boundary n = 0..N (n = 0 is the model
+/// input, n the output of layer n), and after each layer's attention sublayer
+/// (index n - 1 for layer n). Gradients are w.r.t. the same tensors.
+struct ModelSimulation {
+  std::vector<MomentEstimates> forward;
+  std::vector<GradEstimates> backward;
+  std::vector<MomentEstimates> forward_mid;
+  std::vector<GradEstimates> backward_mid;
+};
+
+namespace detail {
+
+struct LayerParams {
+  std::vector<ops::Matrix> wq, wk, wv;  // per head, d x d/H
+  ops::Matrix wo, w1, w2;
+};
+
+struct SublayerCache {
+  ops::Matrix input;                 // x entering the sublayer (the residual stream)
+  ops::LayerNormCache pre_norm;      // Pre-LN: LN(x)
+  ops::LayerNormCache post_norm;     // Post-LN: LN(sum)
+  std::vector<ops::AttentionCache> heads;
+  ops::Matrix concat, ffn_hidden, ffn_act, out_mask;
+};
+
+inline LayerParams draw_layer(const ModelConfig& c, const LayerWeights& w, Random& rng) {
+  const auto d = static_cast<Eigen::Index>(c.d), dk = static_cast<Eigen::Index>(c.head_width());
+  const auto m = static_cast<Eigen::Index>(c.ffn_mult * c.d);
+  LayerParams p;
+  for (std::size_t h = 0; h < c.heads; ++h) {
+    p.wq.push_back(rng.normal_matrix(d, dk, w.q));
+    p.wk.push_back(rng.normal_matrix(d, dk, w.k));
+    p.wv.push_back(rng.normal_matrix(d, dk, w.v));
+  }
+  p.wo = rng.normal_matrix(d, d, w.o);
+  p.w1 = rng.normal_matrix(d, m, w.ffn1);
+  p.w2 = rng.normal_matrix(m, d, w.ffn2);
+  return p;
+}
+
+inline ops::Activation to_op(FfnActivation a) {
+  return a == FfnActivation::relu ? ops::Activation::relu : ops::Activation::gelu;
+}
+
+// Branch f(h) of the attention sublayer; fills the cache.
+inline ops::Matrix attention_branch(const ModelConfig& c, const LayerParams& p, const ops::Matrix& h,
+                                    SublayerCache& cache, Random& rng) {
+  const auto dk = static_cast<Eigen::Index>(c.head_width());
+  cache.concat.resize(h.rows(), static_cast<Eigen::Index>(c.d));
+  cache.heads.clear();
+  for (std::size_t i = 0; i < c.heads; ++i) {
+    ops::Matrix out;
+    cache.heads.push_back(ops::attention_head_forward(h, p.wq[i], p.wk[i], p.wv[i], c.dropout, rng, out));
+    cache.concat.middleCols(static_cast<Eigen::Index>(i) * dk, dk) = out;
+  }
+  ops::Matrix y = cache.concat * p.wo;
+  if (c.dropout > 0) {
+    cache.out_mask = ops::dropout_mask(y.rows(), y.cols(), c.dropout, rng);
+    y = y.cwiseProduct(cache.out_mask);
+  }
+  return y;
+}
+
+inline ops::Matrix attention_branch_backward(const ModelConfig& c, const LayerParams& p,
+                                             const ops::Matrix& h, const SublayerCache& cache,
+                                             ops::Matrix g) {
+  const auto dk = static_cast<Eigen::Index>(c.head_width());
+  if (c.dropout > 0) g = g.cwiseProduct(cache.out_mask);
+  const ops::Matrix g_concat = g * p.wo.transpose();
+  ops::Matrix dh = ops::Matrix::Zero(h.rows(), h.cols());
+  for (std::size_t i = 0; i < c.heads; ++i)
+    ops::attention_head_backward(cache.heads[i], h, p.wq[i], p.wk[i], p.wv[i],
+                                 g_concat.middleCols(static_cast<Eigen::Index>(i) * dk, dk), dh);
+  return dh;
+}
+
+inline ops::Matrix ffn_branch(const ModelConfig& c, const LayerParams& p, const ops::Matrix& h,
+                              SublayerCache& cache, Random& rng) {
+  cache.ffn_hidden = h * p.w1;
+  cache.ffn_act = ops::activation_forward(to_op(c.activation), cache.ffn_hidden);
+  ops::Matrix y = cache.ffn_act * p.w2;
+  if (c.dropout > 0) {
+    cache.out_mask = ops::dropout_mask(y.rows(), y.cols(), c.dropout, rng);
+    y = y.cwiseProduct(cache.out_mask);
+  }
+  return y;
+}
+
+inline ops::Matrix ffn_branch_backward(const ModelConfig& c, const LayerParams& p,
+                                       const SublayerCache& cache, ops::Matrix g) {
+  if (c.dropout > 0) g = g.cwiseProduct(cache.out_mask);
+  const ops::Matrix g_act = g * p.w2.transpose();
+  return ops::activation_backward(to_op(c.activation), cache.ffn_hidden, g_act) * p.w1.transpose();
+}
+
+}  // namespace detail
+
+/// Simulates `setup.trials` independent models (fresh weights, inputs, masks
+/// and top gradients each) of shape `config` initialized with `weights`.
+/// setup.seq_len and setup.width are ignored (the config fixes L and d).
+inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeights& weights,
+                                      const GradMoments<double>& grad_top,
+                                      const SimulationSetup& setup) {
+  constexpr const char* fn = "sigprop::montecarlo::simulate_model";
+  config.validate(fn);
+  require_setup(fn, setup);
+  const std::size_t N = config.layers;
+  if (weights.layers.size() != N)
+    throw domain_error(std::string(fn) + ": weights.layers.size() = " +
+                       std::to_string(weights.layers.size()) +
+                       " is outside the valid range {layers = " + std::to_string(N) + "}");
+  const auto L = static_cast<Eigen::Index>(config.seq_len), d = static_cast<Eigen::Index>(config.d);
+  const bool pre = config.arch == Arch::pre_ln;
+  std::vector<MomentAccumulator> fwd(N + 1), mid(N);
+  std::vector<MomentAccumulator> bwd(N + 1), bwd_mid(N);
+  Random rng(setup.seed);
+
+  for (std::size_t t = 0; t < setup.trials; ++t) {
+    std::vector<detail::LayerParams> params;
+    for (std::size_t n = 0; n < N; ++n) params.push_back(detail::draw_layer(config, weights.layers[n], rng));
+    // caches[2n] is layer n's attention sublayer, caches[2n + 1] its FFN sublayer
+    std::vector<detail::SublayerCache> caches(2 * N);
+    ops::Matrix x = sample_activations(L, d, weights.input, rng);
+    fwd[0].add(x);
+    for (std::size_t n = 0; n < N; ++n) {
+      const LayerWeights& w = weights.layers[n];
+      for (int sub = 0; sub < 2; ++sub) {
+        detail::SublayerCache& cache = caches[2 * n + static_cast<std::size_t>(sub)];
+        cache.input = x;
+        const ops::Matrix* h = &x;
+        if (pre) {
+          cache.pre_norm = ops::layernorm_forward(x);
+          h = &cache.pre_norm.y;
+        }
+        const ops::Matrix f = sub == 0 ? detail::attention_branch(config, params[n], *h, cache, rng)
+                                       : detail::ffn_branch(config, params[n], *h, cache, rng);
+        ops::Matrix sum = w.skip_scale * x + w.branch_scale * f;
+        if (pre) {
+          x = std::move(sum);
+        } else {
+          cache.post_norm = ops::layernorm_forward(sum);
+          x = cache.post_norm.y;
+        }
+        if (sub == 0) mid[n].add(x);
+      }
+      fwd[n + 1].add(x);
+    }
+    // Final LayerNorm (Pre-LN option): the gradient is given at its output.
+    ops::Matrix g = sample_gradient(L, d, grad_top, rng);
+    if (pre && config.final_layernorm) g = ops::layernorm_backward(ops::layernorm_forward(x), g);
+    bwd[N].add(g);
+    for (std::size_t n = N; n-- > 0;) {
+      const LayerWeights& w = weights.layers[n];
+      for (int sub = 1; sub >= 0; --sub) {
+        const detail::SublayerCache& cache = caches[2 * n + static_cast<std::size_t>(sub)];
+        if (!pre) g = ops::layernorm_backward(cache.post_norm, g);
+        const ops::Matrix& h = pre ? cache.pre_norm.y : cache.input;
+        ops::Matrix gh = sub == 0
+                             ? detail::attention_branch_backward(config, params[n], h, cache, w.branch_scale * g)
+                             : detail::ffn_branch_backward(config, params[n], cache, w.branch_scale * g);
+        if (pre) gh = ops::layernorm_backward(cache.pre_norm, gh);
+        g = w.skip_scale * g + gh;
+        if (sub == 1) bwd_mid[n].add(g);
+      }
+      bwd[n].add(g);
+    }
+  }
+  ModelSimulation s;
+  for (auto& a : fwd) s.forward.push_back(a.result());
+  for (auto& a : bwd) s.backward.push_back(a.grad_result());
+  for (auto& a : mid) s.forward_mid.push_back(a.result());
+  for (auto& a : bwd_mid) s.backward_mid.push_back(a.grad_result());
+  return s;
+}
+
+}  // namespace sigprop::montecarlo
