@@ -21,22 +21,23 @@ for m in "${models[@]}"; do
 done
 mkdir -p docs/figures
 plot() {  # plot FILE TITLE COLUMN YLABEL LOGSCALE
-  local series=""
+  local file=$1 title=$2 column=$3 ylabel=$4 scale=$5 series="" arch scheme
   for m in "${models[@]}"; do
-    set -- $m
-    series+="'$data/$1-$2.csv' using 1:COL with lines lw 2 title '$1 $2', "
+    read -r arch scheme <<<"$m"
+    series+="'$data/$arch-$scheme.csv' using 1:$column with lines lw 2 title '$arch $scheme', "
   done
   gnuplot <<GP
 set datafile separator ','
 set terminal pngcairo size 900,560 font 'sans,11'
-set output 'docs/figures/$1'
-set title '$2 ($layers layers, d = 768, 12 heads, L = 256, p = 0.1)'
+set output 'docs/figures/$file'
+set title '$title ($layers layers, d = 768, 12 heads, L = 256, p = 0.1)'
 set xlabel 'layer n'
-set ylabel '$4'
+set ylabel '$ylabel'
 set key outside right
 set grid
-$5
-plot ${series//COL/$3}
+set format y '%g'
+$scale
+plot $series
 GP
 }
 plot forward_var.png "Forward variance of the residual stream" 2 "Var[x_n]" "set logscale y"
