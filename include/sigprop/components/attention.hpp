@@ -42,6 +42,34 @@
 // forward has F_cov = 1, no rho gamma^2 term and the dropout factor on the
 // position-specific part only. At q_var k_var = 0 (uniform attention) or r = 1
 // every formula above is exact for any L.
+// Backward, softmax path dX = dQ Wq^T + dK Wk^T with dS = P .* (dP - rowsum(P
+// .* dP)), dP = (g V^T) .* mask, dQ = dS K / sqrt(d_k), dK = dS^T Q / sqrt(d_k)
+// (not in B.8). To first order in the scores, dS_ik = P_ik (m_ik g_i . v_k -
+// sum_l P_il m_il g_i . v_l): the shared part of V cancels except through the
+// dropout mask, and sum_k dS_ik = 0 removes the shared part of K from dQ.
+// With A = d_k v_var g^2 d_in t / L, the values seen by the Jacobian
+// D = (pos_var + p common)/(1 - p) and the centring n = 1 - (2 - F_var)/L:
+//   Q path: keys contribute incoherently, plus a coherent part: the weighted
+//   covariance of g_i . v_k and k_k over the keys is pos_var g_i Wv^T Wk (the
+//   same value and key rows), independent of L (pos_cov_sq below):
+//     Var_Q = A (F_var n pos_var D + L (1 - F_var/L)^2 pos_cov_sq / d_in)
+//     Cov_Q = A r_g (F_cov pos_var^2 + L (1 - F_var/L)^2 pos_cov_sq / d_in)
+//   K path: a sum over the queries of key k; the shared parts of g (r_g) and
+//   of q (common) add coherently over the L - 1 other queries:
+//     Var_K = A (F_var n (pos_var m2 + p (common pos_var + shared4)) / (1 - p)
+//                + (L - 1) r_g F_cov pos_var common_eff)
+//     Cov_K = -Var_K / (L - 1)   (exact: sum_k dK_k = sum_i (sum_k dS_ik) q_i = 0)
+//   shared4 = E|c|^4 / d_in^2 = common^2 + 2 r s^2 (r s^2 + 2 mu^2)/d_in (one
+//   input row c enters both q and v when all positions share it), and
+//   common_eff = common + (pos_var^3 + 2 pos_var common^2) t (2 + d_in/d_k):
+//   the two queries' weights on key k tilt their position-specific parts
+//   towards k_k and the shared part towards larger norm (the quadratic form
+//   a^T M M^T a / |a|^2 = t (2 + d_in/d_k) for a = Wq wk_j).
+// The two paths, and Q with K, are uncorrelated to this order (measured: the
+// cross terms are below 1 percent of the total), so backward() adds var and
+// cov_len of the value and softmax paths. At r = 1 and p = 0 the softmax path
+// vanishes exactly (dP_ik is constant along k); at r = 1, p > 0 only the
+// dropout term of Var_K remains and is exact up to n = 1 - 1/L.
 //
 // Assumptions: Gaussian input, zero-mean weights; the hidden correlation r^d
 // belongs to the position-specific part (the convention of
@@ -69,6 +97,7 @@ struct AttentionTerms {
   T corr_queries;  ///< rho, correlation of two queries' score vectors w_i, w_m
   T score_var;     ///< sigma^2, variance of the position-specific part of a score
   T tilt_var;      ///< gamma^2, squared shift of a value's mean under the softmax weights
+  T pos_cov_sq;    ///< (1 - r)^2 s^4 + (d_in - 1)(r^d s^2)^2, so gamma^2 = t m2 pos_cov_sq
   T weight_sq;     ///< F_var = L E[sum_k P_ik^2]
   T weight_cross;  ///< F_cov = L E[sum_k P_ik P_mk], i != m
 };
@@ -124,19 +153,29 @@ class Attention : public Component<Attention<T>, T> {
     return out;
   }
 
-  /// dLoss/dX = value path (through V) + softmax path (through Q and K).
-  /// Only the value path is modelled (B.8); the softmax path, and its
-  /// covariance with the value path, add to var and cov_len when modelled.
+  /// dLoss/dX = value path (through V) + softmax path (through Q and K); the
+  /// two are uncorrelated to the order modelled, so variances and
+  /// covariances add.
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
-    const GradMoments<T> value = value_path_impl(in, g);
-    return value;
+    const AttentionTerms<T> a = terms_of(in);
+    const PathMoments value = value_path_of(a, g), softmax = softmax_path_of(a, in, g);
+    const T var = value.var + softmax.var;
+    return {var, math::ratio_or(value.cov + softmax.cov, var, 0)};
   }
 
   /// The gradient through V alone, dX = dropout(P)^T g Wv^T (validated like backward()).
   GradMoments<T> value_path(const Moments<T>& in, const GradMoments<T>& g) const {
     require_moments(name, in);
     require_grad_moments(name, g);
-    return checked_grad(value_path_impl(in, g));
+    return checked_grad(grad_of(value_path_of(terms_of(in), g)));
+  }
+
+  /// The gradient through the softmax alone, dX = dQ Wq^T + dK Wk^T
+  /// (validated like backward()).
+  GradMoments<T> softmax_path(const Moments<T>& in, const GradMoments<T>& g) const {
+    require_moments(name, in);
+    require_grad_moments(name, g);
+    return checked_grad(grad_of(softmax_path_of(terms_of(in), in, g)));
   }
 
   /// The paper's forms (B.8 as printed, SPEC.md), kept for comparison: they
@@ -171,13 +210,43 @@ class Attention : public Component<Attention<T>, T> {
   }
 
  private:
-  GradMoments<T> value_path_impl(const Moments<T>& in, const GradMoments<T>& g) const {
-    const AttentionTerms<T> a = terms_of(in);
+  // Second moment and length covariance of one gradient path.
+  struct PathMoments {
+    T var, cov;
+  };
+
+  static GradMoments<T> grad_of(const PathMoments& m) {
+    return {m.var, math::ratio_or(m.cov, m.var, 0)};
+  }
+
+  PathMoments value_path_of(const AttentionTerms<T>& a, const GradMoments<T>& g) const {
     const T& L = seq_len_;
     const T scale = d_k_ * v_var_ * g.var;
     const T var = scale * (a.weight_sq / (L * (1 - p_)) + g.corr_len * (L - 1) / L * a.weight_cross);
     const T cov = scale * ((1 - a.weight_sq / L) / (L - 1) + g.corr_len * (1 - a.weight_cross / L));
-    return {var, math::ratio_or(cov, var, 0)};
+    return {var, cov};
+  }
+
+  PathMoments softmax_path_of(const AttentionTerms<T>& a, const Moments<T>& in,
+                              const GradMoments<T>& g) const {
+    const T& L = seq_len_;
+    const T t = d_in_ * q_var_ * k_var_;
+    const T scale = d_k_ * v_var_ * g.var * d_in_ * t / L;
+    const T centring = 1 - (2 - a.weight_sq) / L;
+    const T shrink = 1 - a.weight_sq / L;
+    const T coherent = L * shrink * shrink * a.pos_cov_sq / d_in_;
+    const T shared_var = in.corr_len * in.var;  // r s^2
+    const T shared4 = a.common * a.common + 2 * shared_var * (shared_var + 2 * in.mean * in.mean) / d_in_;
+    const T values = (a.pos_var + p_ * a.common) / (1 - p_);
+    const T common_eff = a.common + (a.pos_var * a.pos_var * a.pos_var +
+                                     2 * a.pos_var * a.common * a.common) * t * (2 + d_in_ / d_k_);
+    const T var_q = scale * (a.weight_sq * centring * a.pos_var * values + coherent);
+    const T cov_q = scale * g.corr_len * (a.weight_cross * a.pos_var * a.pos_var + coherent);
+    const T var_k =
+        scale * (a.weight_sq * centring *
+                     (a.pos_var * a.second + p_ * (a.common * a.pos_var + shared4)) / (1 - p_) +
+                 (L - 1) * g.corr_len * a.weight_cross * a.pos_var * common_eff);
+    return {var_q + var_k, cov_q - var_k / (L - 1)};
   }
 
   static GradMoments<T> checked_grad(GradMoments<T> out) {
@@ -201,7 +270,8 @@ class Attention : public Component<Attention<T>, T> {
     // Covariance of two hidden units within the position-specific part,
     // bounded by that part's variance (Cauchy-Schwarz).
     const T hidden_cov = clamp_abs(in.corr_dim * in.var, a.pos_var);
-    a.tilt_var = t * a.second * (a.pos_var * a.pos_var + (d_in_ - 1) * hidden_cov * hidden_cov);
+    a.pos_cov_sq = a.pos_var * a.pos_var + (d_in_ - 1) * hidden_cov * hidden_cov;
+    a.tilt_var = t * a.second * a.pos_cov_sq;
     // Relative fluctuation of |w_i|^2: E tr((M M^T)^2) / (E tr(M M^T))^2 for
     // M = Wq Wk^T / sqrt(d_k), from the Wishart moments of Wq^T Wq and Wk^T Wk.
     const T fluct = ((d_in_ + 1) * (d_in_ + d_k_ + 1) + d_in_ * d_k_ + 2) / (d_in_ * d_in_ * d_k_);

@@ -52,6 +52,19 @@ inline Matrix layernorm_backward(const LayerNormCache& c, const Matrix& g) {
   return c.inv_std.asDiagonal() * dx;
 }
 
+/// Softmax of each row (shifted by the row maximum for stability).
+inline Matrix softmax_rows(const Matrix& x) {
+  Matrix e = (x.colwise() - x.rowwise().maxCoeff()).array().exp().matrix();
+  const Eigen::VectorXd inv_sum = e.rowwise().sum().cwiseInverse();
+  return inv_sum.asDiagonal() * e;
+}
+
+/// Backward of softmax_rows with output `p`: dx = p .* (g - rowsum(g .* p)).
+inline Matrix softmax_rows_backward(const Matrix& p, const Matrix& g) {
+  const Eigen::VectorXd pg = p.cwiseProduct(g).rowwise().sum();
+  return p.cwiseProduct(g.colwise() - pg);
+}
+
 /// Elementwise activations: value and derivative.
 enum class Activation { relu, gelu };
 
@@ -89,10 +102,7 @@ inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, 
   c.k = x * wk;
   c.v = x * wv;
   c.scale = 1 / std::sqrt(static_cast<double>(wq.cols()));
-  Matrix s = (c.q * c.k.transpose()) * c.scale;
-  s.colwise() -= s.rowwise().maxCoeff();  // stable softmax
-  s = s.array().exp().matrix();
-  c.probs = s.array().colwise() / s.rowwise().sum().array();
+  c.probs = softmax_rows((c.q * c.k.transpose()) * c.scale);
   if (p > 0) {
     c.mask = dropout_mask(x.rows(), x.rows(), p, rng);
     out = c.probs.cwiseProduct(c.mask) * c.v;
@@ -113,9 +123,7 @@ inline void attention_head_backward(const AttentionCache& c, const Matrix& x, co
   const Matrix dv = pd.transpose() * g;
   Matrix dp = g * c.v.transpose();
   if (dropped) dp = dp.cwiseProduct(c.mask);
-  // softmax: dS = P .* (dP - rowsum(dP .* P))
-  const Eigen::VectorXd row = dp.cwiseProduct(c.probs).rowwise().sum();
-  const Matrix ds = c.probs.cwiseProduct(dp.colwise() - row) * c.scale;
+  const Matrix ds = softmax_rows_backward(c.probs, dp) * c.scale;
   dx += (ds * c.k) * wq.transpose();
   dx += (ds.transpose() * c.q) * wk.transpose();
   dx += dv * wv.transpose();

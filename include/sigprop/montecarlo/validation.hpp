@@ -205,4 +205,34 @@ inline Eigen::Index log_uniform_int(Random& rng, double lo, double hi) {
 /// Uniform in [lo, hi).
 inline double uniform_in(Random& rng, double lo, double hi) { return lo + rng.uniform() * (hi - lo); }
 
+/// Log-uniform in [lo, hi).
+inline double log_uniform_in(Random& rng, double lo, double hi) {
+  return std::exp(uniform_in(rng, std::log(lo), std::log(hi)));
+}
+
+/// Table 21 input moments: s^2 log-uniform in [0.1, 10], r uniform in [0, 1),
+/// mean uniform in [-mean_range, mean_range] (0 when mean_range is 0).
+inline Moments<double> table21_input(Random& rng, double mean_range = 0) {
+  Moments<double> in{0, log_uniform_in(rng, 0.1, 10), uniform_in(rng, 0, 1), 0};
+  if (mean_range > 0) in.mean = uniform_in(rng, -mean_range, mean_range);
+  return in;
+}
+
+/// Table 21 upstream gradient: g^2 log-uniform in [0.1, 10], r_g uniform in [0, 1).
+inline GradMoments<double> table21_grad(Random& rng) {
+  return {log_uniform_in(rng, 0.1, 10), uniform_in(rng, 0, 1)};
+}
+
+/// Table 21 sizes for a width-preserving component: d in [10, 1000] and
+/// L in [100, 1000] (upper ends shrunk by opt.scale), log-uniform; trials for
+/// d independent columns; a fresh seed.
+inline SimulationSetup table21_setup(Random& rng, const GridOptions& opt) {
+  SimulationSetup setup;
+  setup.width = log_uniform_int(rng, 10, 1000 * opt.scale + 10);
+  setup.seq_len = log_uniform_int(rng, 100, 1000 * opt.scale + 100);
+  setup.trials = opt.trials_for(static_cast<double>(setup.width));
+  setup.seed = rng.next();
+  return setup;
+}
+
 }  // namespace sigprop::montecarlo

@@ -103,19 +103,22 @@ inline SimulationResult simulate(const Attention<double>& layer, const Moments<d
 
 /// The comparisons of one grid, all labelled "attention" (the Table 20 row
 /// they are compared with): the closed form against the real gradient (all
-/// paths) and against the gradient through V alone, and the same two for the
-/// paper's forms as printed (B.8), from the same simulations.
+/// paths), against the gradient through V alone (value_path()) and through
+/// Q and K alone (softmax_path()), and the paper's forms as printed (B.8)
+/// against the real and the value-path gradient, from the same simulations.
 struct AttentionValidation {
   ValidationReport total{"attention"};
   ValidationReport value_path{"attention"};
+  ValidationReport softmax_path{"attention"};
   ValidationReport paper_total{"attention"};
   ValidationReport paper_value_path{"attention"};
 
-  /// One grid point: the layer's input, its predicted value-path gradient
-  /// and everything measured (including the softmax-path gradient).
+  /// One grid point: the layer, its input, its predicted gradient by path
+  /// and everything measured.
   struct Point {
+    Attention<double> layer;
     Moments<double> in;
-    GradMoments<double> grad_out, predicted_grad;
+    GradMoments<double> grad_out, predicted_grad, predicted_value_path, predicted_softmax_path;
     AttentionSimulationResult measured;
   };
   std::vector<Point> points;
@@ -155,11 +158,16 @@ inline AttentionValidation validate_attention_paths(const GridOptions& opt) {
     const AttentionSimulationResult sim = simulate_paths(layer, in, g, setup);
     const SimulationResult total{sim.forward, sim.backward};
     const SimulationResult value{sim.forward, sim.backward_value_path};
-    report.total.add_all(layer.forward(in), layer.backward(in, g), total);
-    report.value_path.add_all(layer.forward(in), layer.value_path(in, g), value);
+    const SimulationResult softmax{sim.forward, sim.backward_softmax_path};
+    const Moments<double> out = layer.forward(in);
+    const GradMoments<double> grad = layer.backward(in, g), value_grad = layer.value_path(in, g),
+                              softmax_grad = layer.softmax_path(in, g);
+    report.total.add_all(out, grad, total);
+    report.value_path.add_all(out, value_grad, value);
+    report.softmax_path.add_all(out, softmax_grad, softmax);
     report.paper_total.add_all(layer.forward_paper(in), layer.backward_paper(in, g), total);
     report.paper_value_path.add_all(layer.forward_paper(in), layer.backward_paper(in, g), value);
-    report.points.push_back({in, g, layer.value_path(in, g), sim});
+    report.points.push_back({layer, in, g, grad, value_grad, softmax_grad, sim});
   }
   return report;
 }

@@ -34,14 +34,9 @@ inline ValidationReport validate_dropout(const GridOptions& opt) {
   Random rng(opt.seed);
   for (std::size_t i = 0; i < opt.points; ++i) {
     const Dropout<double> layer(uniform_in(rng, 0, 0.95));
-    const Moments<double> in{uniform_in(rng, -10, 10), std::exp(uniform_in(rng, std::log(0.1), std::log(10))),
-                             uniform_in(rng, 0, 1), 0};
-    const GradMoments<double> g{std::exp(uniform_in(rng, std::log(0.1), std::log(10))), uniform_in(rng, 0, 1)};
-    SimulationSetup setup;
-    setup.width = log_uniform_int(rng, 10, 1000 * opt.scale + 10);
-    setup.seq_len = log_uniform_int(rng, 100, 1000 * opt.scale + 100);
-    setup.trials = opt.trials_for(static_cast<double>(setup.width));
-    setup.seed = rng.next();
+    const Moments<double> in = table21_input(rng, 10);
+    const GradMoments<double> g = table21_grad(rng);
+    const SimulationSetup setup = table21_setup(rng, opt);
     report.add_all(layer.forward(in), layer.backward(in, g), simulate(layer, in, g, setup));
   }
   return report;

@@ -43,17 +43,11 @@ ValidationReport validate_elementwise(const std::string& component, const Layer&
   ValidationReport report(component);
   Random rng(opt.seed);
   for (std::size_t i = 0; i < opt.points; ++i) {
-    Moments<double> in{0, std::exp(uniform_in(rng, std::log(0.1), std::log(10))),
-                       uniform_in(rng, 0, 1), 0};
+    Moments<double> in = table21_input(rng);
     if (max_standardized_mean > 0)
       in.mean = uniform_in(rng, -max_standardized_mean, max_standardized_mean) * std::sqrt(in.var);
-    const GradMoments<double> g{std::exp(uniform_in(rng, std::log(0.1), std::log(10))),
-                                uniform_in(rng, 0, 1)};
-    SimulationSetup setup;
-    setup.width = log_uniform_int(rng, 10, 1000 * opt.scale + 10);
-    setup.seq_len = log_uniform_int(rng, 100, 1000 * opt.scale + 100);
-    setup.trials = opt.trials_for(static_cast<double>(setup.width));
-    setup.seed = rng.next();
+    const GradMoments<double> g = table21_grad(rng);
+    const SimulationSetup setup = table21_setup(rng, opt);
     report.add_all(layer.forward(in), layer.backward(in, g), simulate(layer, in, g, setup));
   }
   return report;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "sigprop/components/layernorm.hpp"
+#include "sigprop/montecarlo/ops.hpp"
 #include "sigprop/montecarlo/sampler.hpp"
 #include "sigprop/montecarlo/validation.hpp"
 
@@ -19,15 +20,8 @@ struct LayerNormPass {
 };
 
 inline LayerNormPass layernorm_pass(const Eigen::MatrixXd& x, const Eigen::MatrixXd& g) {
-  const double d = static_cast<double>(x.cols());
-  const Eigen::MatrixXd centered = x.colwise() - x.rowwise().mean();
-  const Eigen::VectorXd inv_sd = (centered.rowwise().squaredNorm() / d).cwiseSqrt().cwiseInverse();
-  LayerNormPass p;
-  p.out = inv_sd.asDiagonal() * centered;
-  const Eigen::VectorXd g_mean = g.rowwise().mean();
-  const Eigen::VectorXd gy_mean = g.cwiseProduct(p.out).rowwise().mean();
-  p.grad_in = inv_sd.asDiagonal() * ((g.colwise() - g_mean) - gy_mean.asDiagonal() * p.out);
-  return p;
+  const ops::LayerNormCache c = ops::layernorm_forward(x);
+  return {c.y, ops::layernorm_backward(c, g)};
 }
 
 /// Inputs are drawn with sample_activations_separable (the covariance model
@@ -71,15 +65,10 @@ inline ValidationReport validate_layernorm(const GridOptions& opt) {
   ValidationReport report("layernorm");
   Random rng(opt.seed);
   for (std::size_t i = 0; i < opt.points; ++i) {
-    const double d = static_cast<double>(log_uniform_int(rng, 10, 1000 * opt.scale + 10));
-    const Moments<double> in{uniform_in(rng, -10, 10), std::exp(uniform_in(rng, std::log(0.1), std::log(10))),
-                             uniform_in(rng, 0, 1), 0};
-    const GradMoments<double> g{std::exp(uniform_in(rng, std::log(0.1), std::log(10))), uniform_in(rng, 0, 1)};
-    SimulationSetup setup;
-    setup.seq_len = log_uniform_int(rng, 100, 1000 * opt.scale + 100);
-    setup.trials = opt.trials_for(d);
-    setup.seed = rng.next();
-    const LayerNorm<double> layer(d);
+    const Moments<double> in = table21_input(rng, 10);
+    const GradMoments<double> g = table21_grad(rng);
+    const SimulationSetup setup = table21_setup(rng, opt);
+    const LayerNorm<double> layer(static_cast<double>(setup.width));
     const Moments<double> out = layer.forward(in);
     const GradMoments<double> grad_in = layer.backward(in, g);
     SimulationResult sim = simulate(layer, in, g, setup);

@@ -36,10 +36,9 @@ inline ValidationReport validate_linear(const GridOptions& opt) {
   for (std::size_t i = 0; i < opt.points; ++i) {
     const double d_in = static_cast<double>(log_uniform_int(rng, 10, 1000 * opt.scale + 10));
     const double d_out = static_cast<double>(log_uniform_int(rng, 10, 1000 * opt.scale + 10));
-    const double weight_var = std::exp(uniform_in(rng, std::log(1e-2), std::log(1e2))) / d_in;
-    const Moments<double> in{uniform_in(rng, -10, 10), std::exp(uniform_in(rng, std::log(0.1), std::log(10))),
-                             uniform_in(rng, 0, 1), 0};
-    const GradMoments<double> g{std::exp(uniform_in(rng, std::log(0.1), std::log(10))), uniform_in(rng, 0, 1)};
+    const double weight_var = log_uniform_in(rng, 1e-2, 1e2) / d_in;
+    const Moments<double> in = table21_input(rng, 10);
+    const GradMoments<double> g = table21_grad(rng);
     SimulationSetup setup;
     setup.seq_len = log_uniform_int(rng, 100, 1000 * opt.scale + 100);
     setup.trials = opt.trials_for(std::min(d_in, d_out));
