@@ -40,19 +40,6 @@ void check_z(const char* what, const mc::Estimate& measured, double predicted, d
   CHECK(std::abs(measured.value - predicted) <= z * measured.std_error);
 }
 
-// test::require_no_worse_than_paper for a single quantity.
-void check_no_worse_than_paper(const mc::ValidationReport& r, mc::Quantity q) {
-  const auto e = r.errors(q);
-  const auto p = mc::paper_percentiles(r.component(), q);
-  const auto n = r.noise_margin(q);
-  INFO(mc::to_string(q) << ": ours " << e.p50 << "/" << e.p90 << "/" << e.p99 << ", paper "
-                        << p.p50 << "/" << p.p90 << "/" << p.p99 << ", noise " << n.p50 << "/"
-                        << n.p90 << "/" << n.p99);
-  CHECK(e.p50 <= p.p50 + n.p50);
-  CHECK(e.p90 <= p.p90 + n.p90);
-  CHECK(e.p99 <= p.p99 + n.p99);
-}
-
 }  // namespace
 
 TEST_CASE("Attention: closed form at a hand-computed point", "[attention]") {
@@ -82,13 +69,18 @@ TEST_CASE("Attention: closed form at a hand-computed point", "[attention]") {
   CHECK(out.var == Approx(1.7465947141295066).epsilon(1e-13));
   CHECK(out.corr_len == Approx(0.98534299936682468).epsilon(1e-13));
   CHECK(out.corr_dim == 0);
-  const auto g = layer.backward(in, {3.0, 0.4});
-  CHECK(g.var == Approx(1.0616406604991173).epsilon(1e-13));
-  CHECK(g.corr_len == Approx(0.72611771760081334).epsilon(1e-13));
-  // The backward is the value path alone (the softmax path is not modelled yet).
   const auto v = layer.value_path(in, {3.0, 0.4});
-  CHECK(v.var == g.var);
-  CHECK(v.corr_len == g.corr_len);
+  CHECK(v.var == Approx(1.0616406604991173).epsilon(1e-13));
+  CHECK(v.corr_len == Approx(0.72611771760081334).epsilon(1e-13));
+  const auto s = layer.softmax_path(in, {3.0, 0.4});
+  CHECK(s.var == Approx(0.36432524594591453).epsilon(1e-13));
+  CHECK(s.corr_len == Approx(0.011696035626300783).epsilon(1e-12));
+  // The backward adds the two paths' variances and covariances.
+  const auto g = layer.backward(in, {3.0, 0.4});
+  CHECK(g.var == Approx(1.4259659064450318).epsilon(1e-13));
+  CHECK(g.corr_len == Approx(0.5435875085558107).epsilon(1e-13));
+  CHECK(g.var == Approx(v.var + s.var).epsilon(1e-14));
+  CHECK(g.cov_len() == Approx(v.cov_len() + s.cov_len()).epsilon(1e-13));
 }
 
 TEST_CASE("Attention: the paper's printed forms (B.8) are kept as named variants", "[attention]") {
@@ -150,8 +142,27 @@ TEST_CASE("Attention: exact limits", "[attention]") {
     const auto a = layer.terms({0, 1, 0, 0});
     CHECK(a.corr_queries == 0);
     CHECK(at0.cov_len() == Approx(d_in * v * a.weight_cross / L).epsilon(1e-14));
-    const auto g0 = layer.backward({0, 1, 0, 0}, {1, 0});
+    const auto g0 = layer.value_path({0, 1, 0, 0}, {1, 0});
     CHECK(g0.var == Approx(d_k * v * a.weight_sq / (L * 0.8)).epsilon(1e-14));
+    const auto s0 = layer.softmax_path({0, 1, 0, 0}, {1, 0.3});
+    const auto s_near0 = layer.softmax_path({0, 1, 1e-12, 0}, {1, 0.3});
+    CHECK(std::isfinite(s0.var));
+    CHECK(s_near0.var == Approx(s0.var).epsilon(1e-9));
+  }
+  SECTION("softmax path: zero at r = 1 without dropout, only the dropout term with it") {
+    for (double q : {1.0 / d_in, 1.0}) {
+      const Moments<double> same{0, 2.0, 1, 0};
+      const GradMoments<double> g{1.5, 0.4};
+      CHECK(Attention<double>(d_in, d_k, L, q, q, v, 0).softmax_path(same, g).var == 0);
+      // dS_ik = (m_ik - mean_l m_il) g_i . v / L and dK_k = sum_i dS_ik q / sqrt(d_k) with
+      // the same q, v for all positions: d_k v q k E|x|^4 p/(1 - p) (1 - 1/L)/L, and the
+      // key gradients sum to 0 over positions.
+      const double p = 0.4;
+      const auto s = Attention<double>(d_in, d_k, L, q, q, v, p).softmax_path(same, g);
+      const double x4 = d_in * (d_in + 2) * 4.0;
+      CHECK(s.var == Approx(1.5 * d_k * v * q * q * x4 * p / (1 - p) * (1 - 1 / L) / L).epsilon(1e-13));
+      CHECK(s.corr_len == Approx(-1 / (L - 1)).epsilon(1e-13));
+    }
   }
   SECTION("L -> infinity: the 1/L terms vanish") {
     const Moments<double> in{0, 1, 0.3, 0};
@@ -169,28 +180,36 @@ TEST_CASE("Attention: dropout on the probabilities", "[attention]") {
   const Attention<double> none(128, 64, 300, 1.0 / 128, 1.0 / 128, 1.0 / 128, 0);
   const Attention<double> some(128, 64, 300, 1.0 / 128, 1.0 / 128, 1.0 / 128, 0.6);
   const auto a = none.terms(in);
-  // Masks of different query rows are independent: covariances are unchanged.
+  // Masks of different query rows are independent: covariances are unchanged
+  // (except the key path's, tied to its variance by sum_k dK_k = 0).
   CHECK(some.forward(in).cov_len() == Approx(none.forward(in).cov_len()).epsilon(1e-14));
-  CHECK(some.backward(in, g).cov_len() == Approx(none.backward(in, g).cov_len()).epsilon(1e-14));
+  CHECK(some.value_path(in, g).cov_len() == Approx(none.value_path(in, g).cov_len()).epsilon(1e-14));
   // The variance gains p/(1 - p) sum_k P_k^2 E_2tilt[x^2] -- on the shared part
   // too (the paper puts 1/(1 - p) on the position-specific part only).
   const double gain = 0.6 / 0.4 * a.weight_sq * (a.second + 4 * a.tilt_var) / 300;
   CHECK(some.forward(in).var - none.forward(in).var == Approx(gain).epsilon(1e-12));
   const double grad_gain = 64.0 / 128 * a.weight_sq / 300 * (1 / 0.4 - 1);
-  CHECK(some.backward(in, g).var - none.backward(in, g).var == Approx(grad_gain).epsilon(1e-12));
+  CHECK(some.value_path(in, g).var - none.value_path(in, g).var == Approx(grad_gain).epsilon(1e-12));
+  CHECK(some.softmax_path(in, g).var > none.softmax_path(in, g).var);
 }
 
 TEST_CASE("Attention: a nonzero input mean is a shared component", "[attention]") {
   // Only E[x^2] and the shared second moment r s2 + mu^2 enter: the input
   // (mu, s2, r) behaves like (0, s2 + mu^2, (r s2 + mu^2)/(s2 + mu^2)),
   // Linear's map (B.2). The Monte Carlo check is in the targeted test below.
+  // (The softmax path's dropout term also uses E|c|^4 of the shared row, which
+  // tells a mean from a random shared part: the backward is compared at p = 0.)
   const Attention<double> layer(128, 64, 300, 0.5 / 128, 0.5 / 128, 1.0 / 128, 0.2);
+  const Attention<double> no_drop(128, 64, 300, 0.5 / 128, 0.5 / 128, 1.0 / 128, 0);
   const double mu = 2, s2 = 1.5, r = 0.3, m2 = s2 + mu * mu;
   const Moments<double> shifted{mu, s2, r, 0}, centred{0, m2, (r * s2 + mu * mu) / m2, 0};
   const GradMoments<double> g{1, 0.3};
   CHECK(layer.forward(shifted).var == Approx(layer.forward(centred).var).epsilon(1e-14));
   CHECK(layer.forward(shifted).corr_len == Approx(layer.forward(centred).corr_len).epsilon(1e-14));
-  CHECK(layer.backward(shifted, g).var == Approx(layer.backward(centred, g).var).epsilon(1e-14));
+  CHECK(layer.value_path(shifted, g).var == Approx(layer.value_path(centred, g).var).epsilon(1e-14));
+  CHECK(no_drop.backward(shifted, g).var == Approx(no_drop.backward(centred, g).var).epsilon(1e-14));
+  CHECK(no_drop.backward(shifted, g).corr_len ==
+        Approx(no_drop.backward(centred, g).corr_len).epsilon(1e-14));
 }
 
 TEST_CASE("Attention: bad parameters and inputs throw with the parameter and range",
@@ -215,6 +234,8 @@ TEST_CASE("Attention: bad parameters and inputs throw with the parameter and ran
   CHECK_THROWS_WITH(layer.forward({std::nan(""), 1, 0, 0}), Catch::Contains("mean = nan"));
   CHECK_THROWS_WITH(layer.backward({0, 1, 0, 0}, {-2, 0}), Catch::Contains("grad_var = -2"));
   CHECK_THROWS_WITH(layer.value_path({0, 1, 0, 0}, {1, 2}), Catch::Contains("grad_corr_len = 2"));
+  CHECK_THROWS_WITH(layer.softmax_path({0, 1, 0, 0}, {1, -2}), Catch::Contains("grad_corr_len = -2"));
+  CHECK_THROWS_WITH(layer.softmax_path({0, 1, 2, 0}, {1, 0}), Catch::Contains("corr_len = 2"));
   CHECK_THROWS_WITH(layer.terms({0, 1, 0, -3}), Catch::Contains("corr_dim = -3"));
 }
 
@@ -227,6 +248,7 @@ TEST_CASE("Attention: an overflowing exponential raises overflow_error", "[atten
                                            Catch::Contains("overflows"));
   CHECK_THROWS_AS(layer.backward(in, {1, 0.5}), sigprop::overflow_error);
   CHECK_THROWS_AS(layer.value_path(in, {1, 0.5}), sigprop::overflow_error);
+  CHECK_THROWS_AS(layer.softmax_path(in, {1, 0.5}), sigprop::overflow_error);
   CHECK_THROWS_AS(layer.forward_paper(in), sigprop::overflow_error);
   // r = 1 removes the position-specific part and with it the exponential.
   CHECK(layer.forward({0, 1, 1, 0}).var == Approx(1).epsilon(1e-14));
@@ -297,11 +319,15 @@ TEST_CASE("Attention: Monte Carlo where the closed form is exact", "[attention][
     check_z("cov_dim", sim.forward.cov_dim, 0);  // independent columns of Wv
     check_z("value-path grad var", sim.backward_value_path.var, grad.var);
     check_z("value-path grad cov_len", sim.backward_value_path.cov_len, grad.cov_len());
-    if (c.in.corr_len == 1 && c.p == 0) {
-      // dP_ik = g_i . V_k is constant along k, so the softmax passes no gradient.
-      check_z("total grad var", sim.backward.var, grad.var);
-      CHECK(sim.backward_softmax_path.var.value <= 1e-20);
-    }
+    // The softmax path is exact here too: 0 with k_var = 0 (K = 0 and Wk = 0)
+    // and at r = 1 without dropout (dP_ik = g_i . V_k is constant along k);
+    // at r = 1 with dropout only the key path's dropout term remains.
+    const auto total = layer.backward(c.in, c.g), softmax = layer.softmax_path(c.in, c.g);
+    if (softmax.var == 0) CHECK(sim.backward_softmax_path.var.value <= 1e-20);
+    else check_z("softmax-path grad var", sim.backward_softmax_path.var, softmax.var);
+    check_z("softmax-path grad cov_len", sim.backward_softmax_path.cov_len, softmax.cov_len());
+    check_z("total grad var", sim.backward.var, total.var);
+    check_z("total grad cov_len", sim.backward.cov_len, total.cov_len());
   }
 }
 
@@ -353,6 +379,55 @@ TEST_CASE("Attention: Monte Carlo at the corrected terms", "[attention][montecar
   }
 }
 
+TEST_CASE("Attention: Monte Carlo of the gradient by path", "[attention][montecarlo]") {
+  // Each path against its own simulation where the softmax path is large.
+  // The closed form's bias at these points, measured with 4-10x the trials
+  // (docs/components/attention.md), is at most 1.5 percent of the softmax
+  // path and 1 percent of the value path, below one of this test's standard
+  // errors (1.2 to 3 percent): 5 standard errors leave more than 4 for noise.
+  // The cross term of the two paths (2 Cov(value, softmax)) is measured
+  // below 1 percent of the total everywhere; 3 percent bounds it here.
+  struct Case {
+    const char* what;
+    double d_in, d_k, L, score, p;
+    Moments<double> in;
+    GradMoments<double> g;
+    std::size_t trials;
+  };
+  const Case cases[] = {
+      // r = r_g = 0: keys incoherent, the query path's coherent part dominates.
+      {"independent positions", 100, 32, 300, 1.0, 0.0, {0, 1, 0, 0}, {1, 0}, 100},
+      // Shared q and g: the key path's r_g term dominates, with dropout.
+      {"shared query and gradient", 100, 32, 300, 1.0, 0.5, {0, 1, 0.3, 0}, {1, 0.8}, 250},
+      // Short sequence, all terms of similar size.
+      {"short sequence", 64, 32, 100, 1.0, 0.3, {0, 1, 0.5, 0}, {1, 0.5}, 300},
+      // Heavy dropout on nearly uniform attention: the dropout term of D.
+      {"heavy dropout", 100, 32, 300, 0.1, 0.7, {0, 1, 0, 0}, {1, 0}, 60},
+  };
+  std::uint64_t seed = 501;
+  for (const auto& c : cases) {
+    const double qk = std::sqrt(c.score) / c.d_in;
+    const Attention<double> layer(c.d_in, c.d_k, c.L, qk, qk, 1 / c.d_in, c.p);
+    mc::SimulationSetup setup;
+    setup.trials = c.trials;
+    setup.seed = seed++;
+    const auto sim = mc::simulate_paths(layer, c.in, c.g, setup);
+    const auto value = layer.value_path(c.in, c.g), softmax = layer.softmax_path(c.in, c.g);
+    const auto total = layer.backward(c.in, c.g);
+    INFO(c.what);
+    check_z("value-path grad var", sim.backward_value_path.var, value.var);
+    check_z("value-path grad cov_len", sim.backward_value_path.cov_len, value.cov_len());
+    check_z("softmax-path grad var", sim.backward_softmax_path.var, softmax.var);
+    check_z("softmax-path grad cov_len", sim.backward_softmax_path.cov_len, softmax.cov_len());
+    check_z("total grad var", sim.backward.var, total.var);
+    check_z("total grad cov_len", sim.backward.cov_len, total.cov_len());
+    const double cross = sim.backward.var.value - sim.backward_value_path.var.value -
+                         sim.backward_softmax_path.var.value;
+    INFO("cross term " << cross << " of " << sim.backward.var.value);
+    CHECK(std::abs(cross) <= 0.03 * sim.backward.var.value);
+  }
+}
+
 TEST_CASE("Attention: Monte Carlo over the Table 21 grid", "[attention][montecarlo]") {
   // 30 random points of Table 21 (lengths and widths shrunk to L in
   // [300, 494], d_in in [100, 118]; d_k in {32, ..., 256} as in the paper),
@@ -366,6 +441,8 @@ TEST_CASE("Attention: Monte Carlo over the Table 21 grid", "[attention][montecar
   const auto report = mc::validate_attention_paths(grid);
   std::printf("Closed form vs the gradient through V (what it models):\n");
   sigprop::test::print_report(report.value_path);
+  std::printf("Closed form vs the gradient through Q and K:\n");
+  sigprop::test::print_report(report.softmax_path);
   std::printf("Closed form vs the real gradient (value + softmax paths):\n");
   sigprop::test::print_report(report.total);
   std::printf("The paper's printed forms vs the gradient through V:\n");
@@ -374,23 +451,24 @@ TEST_CASE("Attention: Monte Carlo over the Table 21 grid", "[attention][montecar
   sigprop::test::require_no_worse_than_paper(report.value_path);
   // The output mean is exactly 0 (Wv is zero-mean); its "error" is noise only.
   CHECK(report.value_path.max_z(mc::Quantity::mean) <= 5);
-  // The real gradient also flows through the softmax (Q and K), which the
-  // closed form does not model yet. The two paths are nearly uncorrelated, so
-  // the softmax path only adds variance: the prediction may fall short of
-  // the real gradient variance, never exceed it by more than 5 standard
-  // errors. Its covariance along length is unaffected and meets the paper's row.
+  // The real gradient (value + softmax paths): no worse than the paper's row.
+  sigprop::test::require_no_worse_than_paper(report.total);
+  // The softmax path point by point. Its estimates are heavy-tailed (one
+  // shared row and one shared gradient per trial), so the standard errors
+  // are themselves noisy; 5 of them bound the miss at every point, and the
+  // softmax path's share of the real gradient variance is printed.
   std::vector<double> softmax_share;
   for (const auto& point : report.points) {
-    const auto& total = point.measured.backward.var;
-    INFO("predicted value-path grad var " << point.predicted_grad.var << ", measured total "
-                                          << total.value << " +- " << total.std_error);
-    CHECK(point.predicted_grad.var <= total.value + 5 * total.std_error);
-    softmax_share.push_back(100 * point.measured.backward_softmax_path.var.value / total.value);
+    const auto& measured = point.measured.backward_softmax_path.var;
+    INFO("d_in " << point.layer.d_in() << ", d_k " << point.layer.d_k() << ", L "
+                 << point.layer.seq_len() << ", r " << point.in.corr_len << ", r_g "
+                 << point.grad_out.corr_len << ", p " << point.layer.p());
+    check_z("softmax-path grad var", measured, point.predicted_softmax_path.var);
+    softmax_share.push_back(100 * measured.value / point.measured.backward.var.value);
   }
   const auto share = mc::percentiles_of(softmax_share);
   std::printf("softmax-path share of the gradient variance p50/p90/p99: %.1f/%.1f/%.1f %%\n",
               share.p50, share.p90, share.p99);
-  check_no_worse_than_paper(report.total, mc::Quantity::grad_cov);
   // The paper's value-path variance assumes uniform attention and misses
   // e^{sigma^2}: on the same simulations it fails its own Table 20 row at the
   // 90th percentile, which shows that the value-path check above can fail.

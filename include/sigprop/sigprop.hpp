@@ -23,6 +23,7 @@
 #include "sigprop/blocks/multi_head.hpp"
 #include "sigprop/blocks/residual.hpp"
 
+#include "sigprop/models/claims.hpp"
 #include "sigprop/models/config.hpp"
 #include "sigprop/models/schemes.hpp"
 #include "sigprop/models/stack.hpp"

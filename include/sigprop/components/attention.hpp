@@ -159,8 +159,7 @@ class Attention : public Component<Attention<T>, T> {
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
     const AttentionTerms<T> a = terms_of(in);
     const PathMoments value = value_path_of(a, g), softmax = softmax_path_of(a, in, g);
-    const T var = value.var + softmax.var;
-    return {var, math::ratio_or(value.cov + softmax.cov, var, 0)};
+    return grad_of({value.var + softmax.var, value.cov + softmax.cov});
   }
 
   /// The gradient through V alone, dX = dropout(P)^T g Wv^T (validated like backward()).
