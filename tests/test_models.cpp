@@ -72,6 +72,9 @@ TEST_CASE("models: per-layer variance and gradient variance against whole-model 
       {"pre-ln dslm relu", Arch::pre_ln, Scheme::dslm, 8, 128, 4, 128, 0.1, FfnActivation::relu},
       {"pre-ln dslm-simple gelu", Arch::pre_ln, Scheme::dslm_simple, 8, 128, 4, 128, 0.1, FfnActivation::gelu},
       {"post-ln dslm-simple relu", Arch::post_ln, Scheme::dslm_simple, 8, 128, 4, 128, 0.0, FfnActivation::relu},
+      {"post-ln bert gelu", Arch::post_ln, Scheme::bert, 6, 64, 2, 64, 0.2, FfnActivation::gelu},
+      {"pre-ln dslm gelu", Arch::pre_ln, Scheme::dslm, 12, 96, 3, 96, 0.0, FfnActivation::gelu},
+      {"pre-ln bert relu", Arch::pre_ln, Scheme::bert, 4, 192, 6, 64, 0.1, FfnActivation::relu},
   };
   std::vector<double> forward, backward;
   std::uint64_t seed = 7;
