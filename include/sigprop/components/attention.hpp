@@ -69,7 +69,7 @@
 // cross terms are below 1 percent of the total), so backward() adds var and
 // cov_len of the value and softmax paths. At r = 1 and p = 0 the softmax path
 // vanishes exactly (dP_ik is constant along k); at r = 1, p > 0 only the
-// dropout term of Var_K remains and is exact up to n = 1 - 1/L.
+// dropout term of Var_K remains, exact (n = 1 - 1/L, shared4 = E|x|^4 / d_in^2).
 //
 // Assumptions: Gaussian input, zero-mean weights; the hidden correlation r^d
 // belongs to the position-specific part (the convention of
