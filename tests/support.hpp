@@ -4,8 +4,12 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
+
+#include <Eigen/Core>
 
 #include "catch.hpp"
+#include "sigprop/core/moments.hpp"
 #include "sigprop/montecarlo/validation.hpp"
 
 namespace sigprop::test {
@@ -52,6 +56,48 @@ inline void require_within_standard_errors(const montecarlo::ValidationReport& r
     if (!r.has(q)) continue;
     INFO(r.component() << " " << montecarlo::to_string(q) << ": max z = " << r.max_z(q));
     CHECK(r.max_z(q) <= z);
+  }
+}
+
+/// The same formula serves float, double and batched lanes: for a component
+/// without parameters, float results agree with double to `float_tol` (float
+/// rounding, 6e-8, amplified by a few operations) and Eigen-array lanes agree
+/// with the scalar double results to 1e-13 (vectorized exp/sqrt differ from
+/// the scalar library functions in the last bits).
+template <template <class> class Component>
+void require_same_formula(const std::vector<Moments<double>>& inputs, const GradMoments<double>& grad,
+                          double float_tol = 1e-6) {
+  using Lanes = Eigen::ArrayXd;
+  const auto n = static_cast<Eigen::Index>(inputs.size());
+  Moments<Lanes> batch{Lanes(n), Lanes(n), Lanes(n), Lanes(n)};
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const auto& in = inputs[static_cast<std::size_t>(i)];
+    batch.mean(i) = in.mean, batch.var(i) = in.var, batch.corr_len(i) = in.corr_len, batch.corr_dim(i) = in.corr_dim;
+  }
+  const Component<Lanes> batched;
+  const auto out = batched.forward(batch);
+  const auto g = batched.backward(batch, {Lanes::Constant(n, grad.var), Lanes::Constant(n, grad.corr_len)});
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const auto& in = inputs[static_cast<std::size_t>(i)];
+    const auto d = Component<double>().forward(in);
+    const auto gd = Component<double>().backward(in, grad);
+    const Moments<float> in_f{float(in.mean), float(in.var), float(in.corr_len), float(in.corr_dim)};
+    const auto f = Component<float>().forward(in_f);
+    const auto gf = Component<float>().backward(in_f, {float(grad.var), float(grad.corr_len)});
+    INFO("input " << i << ": mean " << in.mean << ", var " << in.var << ", corr_len " << in.corr_len
+                  << ", corr_dim " << in.corr_dim);
+    CHECK(f.mean == Approx(d.mean).epsilon(float_tol).margin(float_tol));
+    CHECK(f.var == Approx(d.var).epsilon(float_tol).margin(float_tol));
+    CHECK(f.corr_len == Approx(d.corr_len).margin(float_tol));
+    CHECK(f.corr_dim == Approx(d.corr_dim).margin(float_tol));
+    CHECK(gf.var == Approx(gd.var).epsilon(float_tol).margin(float_tol));
+    CHECK(gf.corr_len == Approx(gd.corr_len).margin(float_tol));
+    CHECK(out.mean(i) == Approx(d.mean).epsilon(1e-13).margin(1e-15));
+    CHECK(out.var(i) == Approx(d.var).epsilon(1e-13).margin(1e-15));
+    CHECK(out.corr_len(i) == Approx(d.corr_len).epsilon(1e-13).margin(1e-15));
+    CHECK(out.corr_dim(i) == Approx(d.corr_dim).epsilon(1e-13).margin(1e-15));
+    CHECK(g.var(i) == Approx(gd.var).epsilon(1e-13).margin(1e-15));
+    CHECK(g.corr_len(i) == Approx(gd.corr_len).epsilon(1e-13).margin(1e-15));
   }
 }
 

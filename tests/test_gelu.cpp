@@ -227,41 +227,7 @@ TEST_CASE("Gelu: for r < 0 the maps are not monotone, as the defining integrals 
 }
 
 TEST_CASE("Gelu: float, double and batched lanes share the formula", "[gelu]") {
-  for (double mu : {0.0, 0.8}) {
-    const Moments<double> in{mu, 2, 0.3, -0.1};
-    const auto d = Gelu<double>().forward(in);
-    const auto f = Gelu<float>().forward({float(mu), 2, 0.3f, -0.1f});
-    const auto gd = Gelu<double>().backward(in, {1.5, 0.4});
-    const auto gf = Gelu<float>().backward({float(mu), 2, 0.3f, -0.1f}, {1.5f, 0.4f});
-    INFO("mu = " << mu);
-    // float rounding (6e-8) amplified by a few operations: 1e-6.
-    CHECK(f.mean == Approx(d.mean).epsilon(1e-6));
-    CHECK(f.var == Approx(d.var).epsilon(1e-6));
-    CHECK(f.corr_len == Approx(d.corr_len).margin(1e-6));
-    CHECK(f.corr_dim == Approx(d.corr_dim).margin(1e-6));
-    CHECK(gf.var == Approx(gd.var).epsilon(1e-6));
-    CHECK(gf.corr_len == Approx(gd.corr_len).margin(1e-6));
-  }
-  using Lanes = Eigen::ArrayXd;
-  Lanes mu(4), var(4), r(4), rd(4);
-  mu << 0, 0.5, -1, 0;
-  var << 1, 2, 0.5, 0;
-  r << 0.5, -1, 0.9, 1;
-  rd << 0, -0.2, 0.1, -1;
-  const Gelu<Lanes> batched;
-  const auto out = batched.forward({mu, var, r, rd});
-  const auto g = batched.backward({mu, var, r, rd}, {Lanes::Constant(4, 2.0), Lanes::Constant(4, 0.5)});
-  for (Eigen::Index i = 0; i < 4; ++i) {
-    const Moments<double> in{mu(i), var(i), r(i), rd(i)};
-    const auto one = Gelu<double>().forward(in);
-    const auto g1 = Gelu<double>().backward(in, {2.0, 0.5});
-    CHECK(out.mean(i) == one.mean);
-    CHECK(out.var(i) == one.var);
-    CHECK(out.corr_len(i) == one.corr_len);
-    CHECK(out.corr_dim(i) == one.corr_dim);
-    CHECK(g.var(i) == g1.var);
-    CHECK(g.corr_len(i) == g1.corr_len);
-  }
+  sigprop::test::require_same_formula<Gelu>({{0.0, 2, 0.3, -0.1}, {0.8, 2, 0.3, -0.1}, {0, 1, 0.5, 0}, {0.5, 2, -1, -0.2}, {-1, 0.5, 0.9, 0.1}, {0, 0, 1, -1}}, {1.5, 0.4});
 }
 
 TEST_CASE("Gelu: bad input throws with the parameter and range", "[gelu][errors]") {

@@ -175,41 +175,7 @@ TEST_CASE("Relu: the correlation map is increasing and stays in [-1, 1]", "[relu
 }
 
 TEST_CASE("Relu: float, double and batched lanes share the formula", "[relu]") {
-  for (double mu : {0.0, -0.8, 1.7}) {
-    const Moments<double> in{mu, 2, 0.3, -0.1};
-    const auto d = Relu<double>().forward(in);
-    const auto f = Relu<float>().forward({float(mu), 2, 0.3f, -0.1f});
-    const auto gd = Relu<double>().backward(in, {1.5, 0.4});
-    const auto gf = Relu<float>().backward({float(mu), 2, 0.3f, -0.1f}, {1.5f, 0.4f});
-    INFO("mu = " << mu);
-    // float rounding (6e-8) amplified by a few operations: 1e-6.
-    CHECK(f.mean == Approx(d.mean).epsilon(1e-6));
-    CHECK(f.var == Approx(d.var).epsilon(1e-6));
-    CHECK(f.corr_len == Approx(d.corr_len).margin(1e-6));
-    CHECK(f.corr_dim == Approx(d.corr_dim).margin(1e-6));
-    CHECK(gf.var == Approx(gd.var).epsilon(1e-6));
-    CHECK(gf.corr_len == Approx(gd.corr_len).margin(1e-6));
-  }
-  using Lanes = Eigen::ArrayXd;
-  Lanes mu(4), var(4), r(4), rd(4);
-  mu << 0, 0.5, -1, 2;
-  var << 1, 2, 0.5, 0;
-  r << 0.5, -1, 0.9, 1;
-  rd << 0, -0.2, 0.1, -1;
-  const Relu<Lanes> batched;
-  const auto out = batched.forward({mu, var, r, rd});
-  const auto g = batched.backward({mu, var, r, rd}, {Lanes::Constant(4, 2.0), Lanes::Constant(4, 0.5)});
-  for (Eigen::Index i = 0; i < 4; ++i) {
-    const Moments<double> in{mu(i), var(i), r(i), rd(i)};
-    const auto one = Relu<double>().forward(in);
-    const auto g1 = Relu<double>().backward(in, {2.0, 0.5});
-    CHECK(out.mean(i) == one.mean);
-    CHECK(out.var(i) == one.var);
-    CHECK(out.corr_len(i) == one.corr_len);
-    CHECK(out.corr_dim(i) == one.corr_dim);
-    CHECK(g.var(i) == g1.var);
-    CHECK(g.corr_len(i) == g1.corr_len);
-  }
+  sigprop::test::require_same_formula<Relu>({{0.0, 2, 0.3, -0.1}, {-0.8, 2, 0.3, -0.1}, {1.7, 2, 0.3, -0.1}, {0, 1, 0.5, 0}, {0.5, 2, -1, -0.2}, {-1, 0.5, 0.9, 0.1}, {2, 0, 1, -1}}, {1.5, 0.4});
 }
 
 TEST_CASE("Relu: bad input throws with the parameter and range", "[relu][errors]") {
