@@ -36,6 +36,21 @@ int main() {
                 "1, O(1)", dslm.var_min, dslm.var_max, dslm.grad_min, dslm.grad_max);
     std::printf("%-58s %-22s %.4f\n", "DSLM correlation below 1 - 1/e^2 = 0.8647", "r < 0.8647", dslm.corr_max);
   }
+  {
+    ModelConfig c;
+    c.arch = Arch::post_ln;
+    c.layers = 192;
+    const auto w = initialize(c, Scheme::xavier);
+    std::printf("%-58s %-22s %.4f (top rg 0), %.4f (top rg 0.95)\n", "Post-LN backward correlation fixed point",
+                "~0.87", trace(c, w, {1, 0}).rows[96].backward.corr_len,
+                trace(c, w, {1, 0.95}).rows[96].backward.corr_len);
+    c.arch = Arch::pre_ln;
+    const Trace t = trace(c, initialize(c, Scheme::xavier));
+    std::printf("%-58s %-22s %.1fx over 192 layers\n", "Pre-LN Xavier gradient grows towards the input",
+                "~N/n (hyperbolic)", t.rows[0].backward.var / t.rows[192].backward.var);
+  }
+  std::printf("%-58s %-22s %s\n", "Q/K at 2x Xavier explodes the gradient", "~1e4x over 192",
+              "outside the closed forms (scores ~one-hot); simulated: see docs/models.md");
   const auto simple = run(Arch::pre_ln, Scheme::dslm_simple, 768);
   std::printf("%-58s %-22s %.4f (minimum)\n", "simplified DSLM Pre-LN forward variance in [0.509, 0.755]",
               "G.5.1 bounds", simple.var_min);
