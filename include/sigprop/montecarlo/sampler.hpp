@@ -16,6 +16,7 @@
 #include "sigprop/core/moments.hpp"
 #include "sigprop/core/validate.hpp"
 #include "sigprop/montecarlo/random.hpp"
+#include "sigprop/montecarlo/statistics.hpp"
 
 namespace sigprop::montecarlo {
 
@@ -69,6 +70,25 @@ inline Eigen::MatrixXd sample_activations_separable(Eigen::Index seq_len, Eigen:
 inline Eigen::MatrixXd sample_gradient(Eigen::Index seq_len, Eigen::Index width,
                                        const GradMoments<double>& g, Random& rng) {
   return sample_activations(seq_len, width, Moments<double>{0, g.var, g.corr_len, 0}, rng);
+}
+
+/// Simulates a row-wise map (LayerNorm, softmax) of an L x width input drawn
+/// with sample_activations_separable: `pass(x, g)` returns the output and the
+/// input gradient (members `out`, `grad_in`) for the upstream gradient g.
+template <class Pass>
+SimulationResult simulate_rowwise(Eigen::Index width, const Moments<double>& in,
+                                  const GradMoments<double>& grad, const SimulationSetup& setup,
+                                  Pass pass) {
+  Random rng(setup.seed);
+  MomentAccumulator fwd, bwd;
+  for (std::size_t t = 0; t < setup.trials; ++t) {
+    const Eigen::MatrixXd x = sample_activations_separable(setup.seq_len, width, in, rng);
+    const Eigen::MatrixXd g = sample_gradient(setup.seq_len, width, grad, rng);
+    const auto p = pass(x, g);
+    fwd.add(p.out);
+    bwd.add(p.grad_in);
+  }
+  return {fwd.result(), bwd.grad_result()};
 }
 
 }  // namespace sigprop::montecarlo

@@ -31,17 +31,7 @@ inline SimulationResult simulate(const LayerNorm<double>& layer, const Moments<d
                                  const GradMoments<double>& grad, const SimulationSetup& setup) {
   constexpr const char* fn = "sigprop::montecarlo::simulate(LayerNorm)";
   require_setup(fn, setup);
-  const Eigen::Index d = to_size(fn, "d", layer.d());
-  Random rng(setup.seed);
-  MomentAccumulator fwd, bwd;
-  for (std::size_t t = 0; t < setup.trials; ++t) {
-    const Eigen::MatrixXd x = sample_activations_separable(setup.seq_len, d, in, rng);
-    const Eigen::MatrixXd g = sample_gradient(setup.seq_len, d, grad, rng);
-    const LayerNormPass p = layernorm_pass(x, g);
-    fwd.add(p.out);
-    bwd.add(p.grad_in);
-  }
-  return {fwd.result(), bwd.grad_result()};
+  return simulate_rowwise(to_size(fn, "d", layer.d()), in, grad, setup, layernorm_pass);
 }
 
 namespace detail {

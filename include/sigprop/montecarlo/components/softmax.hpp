@@ -32,17 +32,7 @@ inline SimulationResult simulate(const Softmax<double>& layer, const Moments<dou
                                  const GradMoments<double>& grad, const SimulationSetup& setup) {
   constexpr const char* fn = "sigprop::montecarlo::simulate(Softmax)";
   require_setup(fn, setup);
-  const Eigen::Index n = to_size(fn, "n", layer.n());
-  Random rng(setup.seed);
-  MomentAccumulator fwd, bwd;
-  for (std::size_t t = 0; t < setup.trials; ++t) {
-    const Eigen::MatrixXd x = sample_activations_separable(setup.seq_len, n, in, rng);
-    const Eigen::MatrixXd g = sample_gradient(setup.seq_len, n, grad, rng);
-    const SoftmaxPass p = softmax_pass(x, g);
-    fwd.add(p.out);
-    bwd.add(p.grad_in);
-  }
-  return {fwd.result(), bwd.grad_result()};
+  return simulate_rowwise(to_size(fn, "n", layer.n()), in, grad, setup, softmax_pass);
 }
 
 /// Table 21 grid: s^2 in [1e-4, 1], g^2 in [0.1, 10], the correlation among
