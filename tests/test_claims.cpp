@@ -14,6 +14,24 @@ using namespace sigprop;
 namespace mc = sigprop::montecarlo;
 
 namespace {
+// The small shape the claims are simulated at: d = 128, 4 heads, L = 128,
+// measured input moments (var 1, r = 0.2).
+ModelConfig small_model(Arch arch, std::size_t layers) {
+  ModelConfig c;
+  c.arch = arch;
+  c.layers = layers;
+  c.d = 128;
+  c.heads = 4;
+  c.seq_len = 128;
+  return c;
+}
+
+InputSpec measured_input() {
+  InputSpec input;
+  input.measured = Moments<double>{0, 1, 0.2, 0};
+  return input;
+}
+
 TraceSummary run(Arch arch, Scheme scheme, std::size_t layers) {
   ModelConfig c;  // d = 768, 12 heads, m = 4, ReLU, L = 256, p = 0.1
   c.arch = arch;
@@ -97,14 +115,8 @@ TEST_CASE("claims: Post-LN backward correlation fixed point (the paper's 0.87 is
   CHECK(from0 == Approx(from95).margin(1e-3));
   CHECK(from0 == Approx(0.46).margin(0.02));
 
-  ModelConfig small = c;
-  small.layers = 16;
-  small.d = 128;
-  small.heads = 4;
-  small.seq_len = 128;
-  InputSpec input;
-  input.measured = Moments<double>{0, 1, 0.2, 0};
-  const auto ws = initialize(small, Scheme::xavier, input);
+  const ModelConfig small = small_model(Arch::post_ln, 16);
+  const auto ws = initialize(small, Scheme::xavier, measured_input());
   const Trace t = trace(small, ws, {1, 0.9});
   mc::SimulationSetup setup;
   setup.trials = 8;
@@ -126,13 +138,8 @@ TEST_CASE("claims: Q/K at 2x Xavier explodes the gradient (settled by simulation
   // have variance ~41 here (attention nearly one-hot), outside the domain of
   // the closed forms, so the claim is checked against simulation: a 24-layer
   // Pre-LN model (d = 128, 4 heads, L = 128, p = 0.1).
-  ModelConfig c;
-  c.layers = 24;
-  c.d = 128;
-  c.heads = 4;
-  c.seq_len = 128;
-  InputSpec input;
-  input.measured = Moments<double>{0, 1, 0.2, 0};
+  const ModelConfig c = small_model(Arch::pre_ln, 24);
+  const InputSpec input = measured_input();
   mc::SimulationSetup setup;
   setup.trials = 6;
   setup.seed = 5;

@@ -63,6 +63,15 @@ inline ops::Activation to_op(FfnActivation a) {
   return a == FfnActivation::relu ? ops::Activation::relu : ops::Activation::gelu;
 }
 
+// Dropout on a sublayer's output; the mask is kept for the backward pass.
+inline ops::Matrix output_dropout(const ModelConfig& c, ops::Matrix y, SublayerCache& cache, Random& rng) {
+  if (c.dropout > 0) {
+    cache.out_mask = ops::dropout_mask(y.rows(), y.cols(), c.dropout, rng);
+    y = y.cwiseProduct(cache.out_mask);
+  }
+  return y;
+}
+
 // Branch f(h) of the attention sublayer; fills the cache.
 inline ops::Matrix attention_branch(const ModelConfig& c, const LayerParams& p, const ops::Matrix& h,
                                     SublayerCache& cache, Random& rng) {
@@ -74,12 +83,7 @@ inline ops::Matrix attention_branch(const ModelConfig& c, const LayerParams& p, 
     cache.heads.push_back(ops::attention_head_forward(h, p.wq[i], p.wk[i], p.wv[i], c.dropout, rng, out));
     cache.concat.middleCols(static_cast<Eigen::Index>(i) * dk, dk) = out;
   }
-  ops::Matrix y = cache.concat * p.wo;
-  if (c.dropout > 0) {
-    cache.out_mask = ops::dropout_mask(y.rows(), y.cols(), c.dropout, rng);
-    y = y.cwiseProduct(cache.out_mask);
-  }
-  return y;
+  return output_dropout(c, cache.concat * p.wo, cache, rng);
 }
 
 inline ops::Matrix attention_branch_backward(const ModelConfig& c, const LayerParams& p,
@@ -99,12 +103,7 @@ inline ops::Matrix ffn_branch(const ModelConfig& c, const LayerParams& p, const 
                               SublayerCache& cache, Random& rng) {
   cache.ffn_hidden = h * p.w1;
   cache.ffn_act = ops::activation_forward(to_op(c.activation), cache.ffn_hidden);
-  ops::Matrix y = cache.ffn_act * p.w2;
-  if (c.dropout > 0) {
-    cache.out_mask = ops::dropout_mask(y.rows(), y.cols(), c.dropout, rng);
-    y = y.cwiseProduct(cache.out_mask);
-  }
-  return y;
+  return output_dropout(c, cache.ffn_act * p.w2, cache, rng);
 }
 
 inline ops::Matrix ffn_branch_backward(const ModelConfig& c, const LayerParams& p,
