@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "args.hpp"
+#include "domain_warning.hpp"
 #include "output.hpp"
 #include "sigprop/sigprop.hpp"
 
@@ -18,6 +19,7 @@ namespace sigprop::cli {
 struct ComponentResult {
   Moments<double> forward;
   GradMoments<double> backward;
+  Domain<double> domain;
 };
 
 namespace detail {
@@ -25,7 +27,7 @@ namespace detail {
 template <class C>
 ComponentResult evaluate(const C& component, const Moments<double>& in,
                          const GradMoments<double>& grad) {
-  return {component.forward(in), component.backward(in, grad)};
+  return {component.forward(in), component.backward(in, grad), component.domain(in)};
 }
 
 using Evaluator = std::function<ComponentResult(const Args&, const Moments<double>&,
@@ -131,7 +133,7 @@ inline void component_usage(std::ostream& out) {
 }
 
 /// Runs `sigprop component ...`; `words` excludes "sigprop component".
-inline int component_command(const std::vector<std::string>& words, std::ostream& out) {
+inline int component_command(const std::vector<std::string>& words, std::ostream& out, std::ostream& warn) {
   static const std::set<std::string> state_flags = {"mean", "var", "corr-len", "corr-dim",
                                                     "grad-var", "grad-corr-len", "format"};
   // The component name is the first word that is not a flag or a flag's value.
@@ -162,11 +164,16 @@ inline int component_command(const std::vector<std::string>& words, std::ostream
   require_correlation(fn, "--grad-corr-len", grad.corr_len);
 
   const ComponentResult r = entry->run(args, in, grad);
+  const bool outside = any(caveats(r.domain));
+  if (outside) warn_outside_domain(name + " is", r.domain, warn);
   if (format == "json") {
     out << "{\"component\": " << quoted(name) << ", \"forward\": {\"mean\": " << exact(r.forward.mean)
         << ", \"var\": " << exact(r.forward.var) << ", \"corr_len\": " << exact(r.forward.corr_len)
         << ", \"corr_dim\": " << exact(r.forward.corr_dim) << "}, \"backward\": {\"grad_var\": "
-        << exact(r.backward.var) << ", \"grad_corr_len\": " << exact(r.backward.corr_len) << "}}\n";
+        << exact(r.backward.var) << ", \"grad_corr_len\": " << exact(r.backward.corr_len)
+        << "}, \"domain\": {\"score_var\": " << exact(r.domain.score_var) << ", \"key_weight\": "
+        << exact(r.domain.key_weight) << ", \"width_term\": " << exact(r.domain.width_term)
+        << ", \"outside\": " << (outside ? "true" : "false") << "}}\n";
   } else {
     out << "component " << name << "\n"
         << "forward   mean " << brief(r.forward.mean) << "  var " << brief(r.forward.var)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "args.hpp"
+#include "domain_warning.hpp"
 #include "output.hpp"
 #include "sigprop/models/schemes.hpp"
 
@@ -155,11 +156,12 @@ inline void init_usage(std::ostream& out) {
   model_flags_usage(out);
 }
 
-inline int table_command(const std::vector<std::string>& words, std::ostream& out) {
+inline int table_command(const std::vector<std::string>& words, std::ostream& out, std::ostream& warn) {
   const Args args(words, model_flags(), {"final-ln"});
   if (!args.positional().empty()) throw usage_error("table: unexpected argument '" + args.positional()[0] + "'");
   const ModelSpec spec = parse_model(args, {"text", "csv", "json"});
   const Trace t = trace(spec.config, weights_of(spec), spec.grad_top);
+  warn_outside_domain(t, warn);
   const std::size_t N = spec.config.layers;
   if (spec.format == "text") {
     out << "# " << describe(spec) << "\n";
@@ -168,14 +170,16 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
                   "grad_corr_len");
     out << line;
     for (const auto& r : t.rows) {
-      std::snprintf(line, sizeof line, "%6zu  %12.6g  %9.6f  %12.6g  %13.6f\n", r.layer, r.forward.var,
-                    r.forward.corr_len, r.backward.var, r.backward.corr_len);
+      std::snprintf(line, sizeof line, "%6zu  %12.6g  %9.6f  %12.6g  %13.6f%s\n", r.layer, r.forward.var,
+                    r.forward.corr_len, r.backward.var, r.backward.corr_len, any(r.caveats()) ? "  !" : "");
       out << line;
     }
+    if (!outside_domain(t).empty()) out << "# !: outside the validated domain of the closed forms (see stderr)\n";
     return 0;
   }
   const char* columns[] = {"layer", "var", "corr_len", "grad_var", "grad_corr_len", "mean", "corr_dim",
-                           "mid_var", "mid_corr_len", "mid_grad_var", "mid_grad_corr_len"};
+                           "mid_var", "mid_corr_len", "mid_grad_var", "mid_grad_corr_len", "score_var",
+                           "outside_domain"};
   const auto values = [&](std::size_t n) {
     const TraceRow& r = t.rows[n];
     std::vector<std::string> v = {std::to_string(n), exact(r.forward.var), exact(r.forward.corr_len),
@@ -188,6 +192,9 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
       for (double x : {m.forward.var, m.forward.corr_len, m.backward.var, m.backward.corr_len})
         v.push_back(exact(x));
     }
+    const bool outside = any(r.caveats());
+    v.push_back(exact(r.domain.score_var));
+    v.push_back(spec.format == "csv" ? (outside ? "1" : "0") : (outside ? "true" : "false"));
     return v;
   };
   if (spec.format == "csv") {
@@ -211,11 +218,12 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
   return 0;
 }
 
-inline int init_command(const std::vector<std::string>& words, std::ostream& out) {
+inline int init_command(const std::vector<std::string>& words, std::ostream& out, std::ostream& warn) {
   const Args args(words, model_flags(), {"final-ln"});
   if (!args.positional().empty()) throw usage_error("init: unexpected argument '" + args.positional()[0] + "'");
   const ModelSpec spec = parse_model(args, {"text", "csv", "json"});
   const ModelWeights w = weights_of(spec);
+  warn_outside_domain(trace(spec.config, w, spec.grad_top), warn);
   struct Row {
     std::size_t layer;
     const char* weight;

@@ -62,7 +62,7 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
       if (s == "--help" || s == "-h") return true;
     return false;
   };
-  std::ostringstream buffer;  // nothing reaches stdout unless the command succeeds
+  std::ostringstream buffer, warnings;  // nothing is printed unless the command succeeds
   try {
     if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
       usage(out);
@@ -79,16 +79,17 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
         component_usage(out);
         return 0;
       }
-      status = component_command(rest, buffer);
+      status = component_command(rest, buffer, warnings);
     } else if (args[0] == "table" || args[0] == "init") {
       if (wants_help(rest)) {
         (args[0] == "table" ? table_usage : init_usage)(out);
         return 0;
       }
-      status = args[0] == "table" ? table_command(rest, buffer) : init_command(rest, buffer);
+      status = args[0] == "table" ? table_command(rest, buffer, warnings) : init_command(rest, buffer, warnings);
     } else {
       throw usage_error("unknown command '" + args[0] + "' (see sigprop --help)");
     }
+    err << warnings.str();
     out << buffer.str();
     return status;
   } catch (const usage_error& e) {

@@ -51,7 +51,8 @@ TEST_CASE("cli: component json is exactly one object with the documented keys", 
   CHECK(o.out == "{\"component\": \"linear\", \"forward\": {\"mean\": 0, \"var\": " + exact(f.var) +
                      ", \"corr_len\": " + exact(f.corr_len) + ", \"corr_dim\": 0}, \"backward\": " +
                      "{\"grad_var\": " + exact(g.var) + ", \"grad_corr_len\": " + exact(g.corr_len) +
-                     "}}\n");
+                     "}, \"domain\": {\"score_var\": 0, \"key_weight\": 0, \"width_term\": 0, " +
+                     "\"outside\": false}}\n");
 }
 
 TEST_CASE("cli: text output and --flag=value", "[cli]") {
@@ -143,4 +144,38 @@ TEST_CASE("cli: table and init formats", "[cli][models]") {
   require_usage_error({"table", "--heads", "5"}, "--heads", "5", "divisor");
   require_usage_error({"table", "--input-var", "1"}, "--input-var", "input-corr-len", "together");
   require_usage_error({"init", "--scheme", "dslm", "--layers", "1", "--beta2-k", "5"}, "beta", "5", "(0, 1]");
+}
+
+TEST_CASE("cli: results outside the validated domain are flagged, not refused", "[cli][domain]") {
+  // Q/K at 16x the Xavier variance: score variance ~40, softmax nearly one-hot.
+  const std::vector<std::string> hot = {"table", "--layers", "3", "--d", "128", "--heads", "4",
+                                        "--seq", "128", "--q-var", "0.05", "--k-var", "0.05"};
+  const Outcome text = run(hot);
+  INFO("stderr: " << text.err);
+  CHECK(text.status == 0);
+  CHECK(text.err.rfind("sigprop: warning: layers 1-3 are outside the validated domain", 0) == 0);
+  CHECK(text.err.find("score variance") != std::string::npos);
+  CHECK(std::count(text.err.begin(), text.err.end(), '\n') == 1);
+  CHECK(std::count(text.out.begin(), text.out.end(), '!') == 3 + 1);  // three rows and the legend
+  std::vector<std::string> csv_args = hot;
+  csv_args.insert(csv_args.end(), {"--format", "csv"});
+  const Outcome csv = run(csv_args);
+  CHECK(csv.status == 0);
+  CHECK(csv.out.find(",score_var,outside_domain\n") != std::string::npos);
+  CHECK(csv.out.find(",0\n") != std::string::npos);  // the input row
+  CHECK(std::count(csv.out.begin(), csv.out.end(), '\n') == 5);
+  // Xavier Q/K: inside, no warning, no marks.
+  const Outcome plain = run({"table", "--layers", "3", "--d", "128", "--heads", "4", "--seq", "128"});
+  CHECK(plain.status == 0);
+  CHECK(plain.err.empty());
+  CHECK(plain.out.find('!') == std::string::npos);
+  // One component: the flag is in the json, the warning on stderr.
+  const Outcome one = run({"component", "attention", "--d-in", "128", "--d-k", "32", "--seq", "128",
+                           "--q-var", "0.05", "--k-var", "0.05", "--format", "json"});
+  CHECK(one.status == 0);
+  CHECK(one.out.find("\"outside\": true") != std::string::npos);
+  CHECK(one.err.rfind("sigprop: warning: attention is outside", 0) == 0);
+  const Outcome calm = run({"component", "attention", "--d-in", "128", "--d-k", "32", "--seq", "128", "--format", "json"});
+  CHECK(calm.out.find("\"outside\": false") != std::string::npos);
+  CHECK(calm.err.empty());
 }

@@ -26,9 +26,10 @@ using AttentionBlock = Serial<T, MultiHead<T, Attention<T>>, Linear<T>, Dropout<
 
 /// The attention block for width d, H heads, sequence length L, dropout p.
 template <class T>
-AttentionBlock<T> attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p) {
+AttentionBlock<T> attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
+                                  AttentionGradient gradient = AttentionGradient::all_paths) {
   require_width("sigprop::attention_block", "heads", heads);
-  return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p), heads),
+  return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient), heads),
                 Linear<T>(d, d, w.o), Dropout<T>(p));
 }
 

@@ -29,6 +29,8 @@ class MultiHead : public Component<MultiHead<T, Head>, T> {
 
   Moments<T> forward_impl(const Moments<T>& in) const { return head_.forward(in); }
 
+  Domain<T> domain_impl(const Moments<T>& in) const { return head_.domain(in); }
+
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
     GradMoments<T> one = head_.backward(in, g);
     one.var = heads_ * one.var;

@@ -47,6 +47,8 @@ class Residual : public Component<Residual<T, Branch>, T> {
     return out;
   }
 
+  Domain<T> domain_impl(const Moments<T>& in) const { return branch_.domain(in); }
+
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
     const GradMoments<T> through = branch_.backward(in, g);
     const T skip2 = skip_scale_ * skip_scale_, branch2 = branch_scale_ * branch_scale_;

@@ -100,7 +100,13 @@ struct AttentionTerms {
   T pos_cov_sq;    ///< (1 - r)^2 s^4 + (d_in - 1)(r^d s^2)^2, so gamma^2 = t m2 pos_cov_sq
   T weight_sq;     ///< F_var = L E[sum_k P_ik^2]
   T weight_cross;  ///< F_cov = L E[sum_k P_ik P_mk], i != m
+  T width_term;    ///< c sigma^4, the second-order query-norm fluctuation term
 };
+
+/// Which gradient paths backward() includes: both (the real gradient), or
+/// the value path alone, as in the paper's B.8 (kept to measure what the
+/// softmax path adds, e.g. in whole-model comparisons).
+enum class AttentionGradient { all_paths, value_path_only };
 
 template <class T = double>
 class Attention : public Component<Attention<T>, T> {
@@ -108,11 +114,12 @@ class Attention : public Component<Attention<T>, T> {
   static constexpr const char* name = "sigprop::Attention";
 
   /// Widths d_in, d_k, sequence length seq_len (>= 2), the per-entry
-  /// variances of Wq, Wk, Wv, and the dropout probability p on the attention
-  /// probabilities.
-  Attention(T d_in, T d_k, T seq_len, T q_var, T k_var, T v_var, T p = 0)
+  /// variances of Wq, Wk, Wv, the dropout probability p on the attention
+  /// probabilities, and the gradient paths backward() includes.
+  Attention(T d_in, T d_k, T seq_len, T q_var, T k_var, T v_var, T p = 0,
+            AttentionGradient gradient = AttentionGradient::all_paths)
       : d_in_(d_in), d_k_(d_k), seq_len_(seq_len), q_var_(q_var), k_var_(k_var), v_var_(v_var),
-        p_(p) {
+        p_(p), gradient_(gradient) {
     require_width(name, "d_in", d_in_);
     require_width(name, "d_k", d_k_);
     require_width(name, "seq_len", seq_len_, 2);
@@ -129,11 +136,19 @@ class Attention : public Component<Attention<T>, T> {
   const T& k_var() const { return k_var_; }
   const T& v_var() const { return v_var_; }
   const T& p() const { return p_; }
+  AttentionGradient gradient() const { return gradient_; }
 
   /// The intermediate moments for input `in` (validated like forward()).
   AttentionTerms<T> terms(const Moments<T>& in) const {
     require_moments(name, in);
     return terms_of(in);
+  }
+
+  /// Validity measures (core/domain.hpp): the score variance, the weight
+  /// E[sum_k P_ik^2] = F_var / L of the keys attended, and c sigma^4.
+  Domain<T> domain_impl(const Moments<T>& in) const {
+    const AttentionTerms<T> a = terms_of(in);
+    return {a.score_var, a.weight_sq / seq_len_, a.width_term};
   }
 
   Moments<T> forward_impl(const Moments<T>& in) const {
@@ -158,7 +173,9 @@ class Attention : public Component<Attention<T>, T> {
   /// covariances add.
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
     const AttentionTerms<T> a = terms_of(in);
-    const PathMoments value = value_path_of(a, g), softmax = softmax_path_of(a, in, g);
+    const PathMoments value = value_path_of(a, g);
+    if (gradient_ == AttentionGradient::value_path_only) return grad_of(value);
+    const PathMoments softmax = softmax_path_of(a, in, g);
     return grad_of({value.var + softmax.var, value.cov + softmax.cov});
   }
 
@@ -279,10 +296,11 @@ class Attention : public Component<Attention<T>, T> {
     const T exp_score = exp(a.score_var);
     require_finite_exp(exp_score, a.score_var);
     const T s4 = a.score_var * a.score_var;
-    const T jensen_var = exp(a.score_var + fluct * s4);
-    require_finite_exp(jensen_var, a.score_var + fluct * s4);
+    a.width_term = fluct * s4;
+    const T jensen_var = exp(a.score_var + a.width_term);
+    require_finite_exp(jensen_var, a.score_var + a.width_term);
     const T cross = a.corr_queries * a.score_var;
-    const T jensen_cross = exp(cross + (1 + a.corr_queries * a.corr_queries) / 2 * fluct * s4);
+    const T jensen_cross = exp(cross + (1 + a.corr_queries * a.corr_queries) / 2 * a.width_term);
     // Finite L: 1 + (e^kappa - 1)(2 e^{sigma^2} - 1)/L, kappa = sigma^2 and rho sigma^2.
     const T spread = 2 * exp_score - 1;
     const T finite_var = 1 + expm1(a.score_var) * spread / L;
@@ -312,6 +330,7 @@ class Attention : public Component<Attention<T>, T> {
   }
 
   T d_in_, d_k_, seq_len_, q_var_, k_var_, v_var_, p_;
+  AttentionGradient gradient_;
 };
 
 }  // namespace sigprop

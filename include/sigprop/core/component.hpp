@@ -9,8 +9,14 @@
 // the input variance and r). Derived types implement forward_impl and
 // backward_impl and a `static constexpr const char* name` used in error
 // messages; this base validates inputs and results in one place.
+//
+//   Domain<T>      domain(const Moments<T>& in) const;
+//
+// reports how far `in` drives the closed forms from their validated region
+// (core/domain.hpp); components whose forms are exact keep the default, 0.
 #pragma once
 
+#include "sigprop/core/domain.hpp"
 #include "sigprop/core/math.hpp"
 #include "sigprop/core/moments.hpp"
 #include "sigprop/core/validate.hpp"
@@ -40,8 +46,18 @@ class Component {
     return out;
   }
 
+  /// Validity measures of the closed forms at input `in` (validated like forward()).
+  Domain<T> domain(const Moments<T>& in) const {
+    require_moments(Derived::name, in);
+    self().require_input(in);
+    return self().domain_impl(in);
+  }
+
   /// Extra input preconditions of a component (none by default).
   void require_input(const Moments<T>&) const {}
+
+  /// Exact forms by default: every measure 0.
+  Domain<T> domain_impl(const Moments<T>& in) const { return Domain<T>::zero_like(in.var); }
 
  protected:
   static Moments<T> checked(const char* function, Moments<T> out) {

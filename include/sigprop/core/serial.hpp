@@ -45,6 +45,12 @@ class Serial : public Component<Serial<T, Parts...>, T> {
     return backward_from<size>(states, grad_out);
   }
 
+  /// The worst validity measures over the parts, each at its own input.
+  Domain<T> domain_impl(const Moments<T>& in) const {
+    const auto states = forward_all(in);
+    return domain_from<0>(states, Domain<T>::zero_like(in.var));
+  }
+
  private:
   template <std::size_t I>
   Moments<T> forward_from(const Moments<T>& x) const {
@@ -58,6 +64,12 @@ class Serial : public Component<Serial<T, Parts...>, T> {
       states[I + 1] = std::get<I>(parts_).forward(states[I]);
       fill_states<I + 1>(states);
     }
+  }
+
+  template <std::size_t I>
+  Domain<T> domain_from(const std::array<Moments<T>, size + 1>& states, const Domain<T>& acc) const {
+    if constexpr (I == size) return acc;
+    else return domain_from<I + 1>(states, acc.worst(std::get<I>(parts_).domain(states[I])));
   }
 
   // Gradient at the input of part I-1 .. 0, given the gradient at the output of part I-1.

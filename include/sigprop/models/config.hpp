@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "sigprop/components/attention.hpp"
 #include "sigprop/core/moments.hpp"
 #include "sigprop/core/validate.hpp"
 
@@ -34,6 +35,9 @@ struct ModelConfig {
   std::size_t seq_len = 256;     ///< L
   double dropout = 0.1;          ///< p
   bool final_layernorm = false;  ///< Pre-LN only: a LayerNorm after the last layer
+  /// The attention gradient paths of the trace (all_paths is the real
+  /// gradient; value_path_only reproduces the paper's B.8 backward).
+  AttentionGradient attention_gradient = AttentionGradient::all_paths;
 
   std::size_t head_width() const { return d / heads; }
 

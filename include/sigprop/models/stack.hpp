@@ -26,6 +26,11 @@ struct TraceRow {
   std::size_t layer = 0;
   Moments<double> forward;
   GradMoments<double> backward;
+  /// Validity measures of the closed forms that produced this row (the
+  /// worst over the layer's sublayers; core/domain.hpp). 0 for the input row.
+  Domain<double> domain;
+  /// The flags of `domain` with the default limits.
+  Caveat caveats() const { return sigprop::caveats(domain); }
 };
 
 /// Per-layer record: rows[n] for n = 0..N (n = 0 the model input, n the
@@ -50,7 +55,8 @@ auto with_sublayer(const ModelConfig& c, const LayerWeights& w, Block block, App
 
 inline auto make_attention_block(const ModelConfig& c, const LayerWeights& w) {
   return attention_block<double>(static_cast<double>(c.d), static_cast<double>(c.heads),
-                                 static_cast<double>(c.seq_len), {w.q, w.k, w.v, w.o}, c.dropout);
+                                 static_cast<double>(c.seq_len), {w.q, w.k, w.v, w.o}, c.dropout,
+                                 c.attention_gradient);
 }
 
 template <class Activation>
@@ -71,10 +77,16 @@ Trace trace_with(const ModelConfig& c, const ModelWeights& weights, const GradMo
     const auto fwd = [](const Moments<double>& x) {
       return [&x](const auto& sub) { return sub.forward(x); };
     };
+    const auto domain = [](const Moments<double>& x) {
+      return [&x](const auto& sub) { return sub.domain(x); };
+    };
     t.mid[n].layer = n + 1;
     t.mid[n].forward = with_sublayer(c, w, make_attention_block(c, w), fwd(t.rows[n].forward));
+    t.mid[n].domain = with_sublayer(c, w, make_attention_block(c, w), domain(t.rows[n].forward));
     t.rows[n + 1].layer = n + 1;
     t.rows[n + 1].forward = with_sublayer(c, w, make_ffn_block<Activation>(c, w), fwd(t.mid[n].forward));
+    t.rows[n + 1].domain = t.mid[n].domain.worst(
+        with_sublayer(c, w, make_ffn_block<Activation>(c, w), domain(t.mid[n].forward)));
   }
   t.output = t.rows[N];
   t.rows[N].backward = top;
@@ -98,6 +110,24 @@ Trace trace_with(const ModelConfig& c, const ModelWeights& weights, const GradMo
 }
 
 }  // namespace detail
+
+/// The layers (1-based) whose closed forms are outside the validated region,
+/// with the worst measures over them; empty when the whole trace is inside.
+struct DomainSummary {
+  std::vector<std::size_t> layers;
+  Domain<double> worst;
+  bool empty() const { return layers.empty(); }
+};
+
+inline DomainSummary outside_domain(const Trace& t, const DomainLimits& limits = {}) {
+  DomainSummary s;
+  for (const TraceRow& row : t.rows) {
+    if (!any(caveats(row.domain, limits))) continue;
+    s.layers.push_back(row.layer);
+    s.worst = s.worst.worst(row.domain);
+  }
+  return s;
+}
 
 /// The per-layer trace of a model of shape `config` initialized with
 /// `weights`, given the gradient moments at the model output (default:

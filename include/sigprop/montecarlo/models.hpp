@@ -10,9 +10,13 @@
 // length) and the gradient at the top with (grad var, grad corr_len).
 #pragma once
 
+#include <cmath>
+#include <utility>
 #include <vector>
 
 #include "sigprop/models/config.hpp"
+#include "sigprop/models/schemes.hpp"
+#include "sigprop/models/stack.hpp"
 #include "sigprop/montecarlo/ops.hpp"
 #include "sigprop/montecarlo/sampler.hpp"
 #include "sigprop/montecarlo/statistics.hpp"
@@ -191,6 +195,91 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
   for (auto& a : mid) s.forward_mid.push_back(a.result());
   for (auto& a : bwd_mid) s.backward_mid.push_back(a.grad_result());
   return s;
+}
+
+/// Per-layer relative errors (percent) |measured - predicted| / measured of
+/// the forward variance and the gradient variance at n = 0..N.
+struct ModelErrors {
+  std::vector<double> forward, backward;
+};
+
+inline ModelErrors compare_trace(const Trace& predicted, const ModelSimulation& measured) {
+  ModelErrors e;
+  for (std::size_t n = 0; n < predicted.rows.size(); ++n) {
+    const double fs = measured.forward[n].var.value, bs = measured.backward[n].var.value;
+    e.forward.push_back(100 * std::abs(predicted.rows[n].forward.var - fs) / fs);
+    e.backward.push_back(100 * std::abs(predicted.rows[n].backward.var - bs) / bs);
+  }
+  return e;
+}
+
+/// A model of the whole-model validation: shape, scheme and input moments.
+struct ModelCase {
+  const char* label;
+  ModelConfig config;
+  Scheme scheme;
+  Moments<double> input{0, 1, 0.2, 0};
+};
+
+/// The whole-model validation set (docs/validation.md, "Whole models"):
+/// Pre-LN and Post-LN with Xavier, DSLM, DSLM-simplified and BERT-style
+/// initialization, ReLU and GeLU, with and without dropout, and two models
+/// fed IID tokens (length correlation 0).
+inline std::vector<ModelCase> validation_models() {
+  auto config = [](Arch arch, std::size_t layers, std::size_t d, std::size_t heads, std::size_t seq_len,
+                   double dropout, FfnActivation activation) {
+    ModelConfig c;
+    c.arch = arch;
+    c.layers = layers;
+    c.d = d;
+    c.heads = heads;
+    c.seq_len = seq_len;
+    c.dropout = dropout;
+    c.activation = activation;
+    return c;
+  };
+  using A = Arch;
+  using F = FfnActivation;
+  const Moments<double> iid{0, 1, 0, 0};
+  return {
+      {"pre-ln xavier relu", config(A::pre_ln, 8, 128, 4, 128, 0.1, F::relu), Scheme::xavier},
+      {"post-ln xavier relu", config(A::post_ln, 8, 128, 4, 128, 0.1, F::relu), Scheme::xavier},
+      {"pre-ln dslm relu", config(A::pre_ln, 8, 128, 4, 128, 0.1, F::relu), Scheme::dslm},
+      {"pre-ln dslm-simple gelu", config(A::pre_ln, 8, 128, 4, 128, 0.1, F::gelu), Scheme::dslm_simple},
+      {"post-ln dslm-simple relu", config(A::post_ln, 8, 128, 4, 128, 0.0, F::relu), Scheme::dslm_simple},
+      {"post-ln bert gelu", config(A::post_ln, 6, 64, 2, 64, 0.2, F::gelu), Scheme::bert},
+      {"pre-ln dslm gelu", config(A::pre_ln, 12, 96, 3, 96, 0.0, F::gelu), Scheme::dslm},
+      {"pre-ln bert relu", config(A::pre_ln, 4, 192, 6, 64, 0.1, F::relu), Scheme::bert},
+      {"pre-ln xavier relu, IID input", config(A::pre_ln, 8, 128, 4, 128, 0.1, F::relu), Scheme::xavier, iid},
+      {"post-ln xavier gelu, IID input", config(A::post_ln, 8, 128, 4, 128, 0.0, F::gelu), Scheme::xavier, iid},
+  };
+}
+
+/// One validation model: the trace (with `gradient` paths in attention), the
+/// simulation and their per-layer errors.
+struct ModelCaseResult {
+  Trace predicted;
+  ModelSimulation measured;
+  ModelErrors errors;
+};
+
+/// The case's configuration with the attention gradient `gradient`, and its weights.
+inline std::pair<ModelConfig, ModelWeights> case_model(const ModelCase& k,
+                                                       AttentionGradient gradient = AttentionGradient::all_paths) {
+  ModelConfig c = k.config;
+  c.attention_gradient = gradient;
+  InputSpec input;
+  input.measured = k.input;
+  return {c, initialize(c, k.scheme, input)};
+}
+
+inline ModelCaseResult run_case(const ModelCase& k, const SimulationSetup& setup) {
+  const auto [config, weights] = case_model(k);
+  ModelCaseResult r;
+  r.predicted = trace(config, weights);
+  r.measured = simulate_model(config, weights, {1, 0}, setup);
+  r.errors = compare_trace(r.predicted, r.measured);
+  return r;
 }
 
 }  // namespace sigprop::montecarlo

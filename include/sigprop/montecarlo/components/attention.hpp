@@ -124,6 +124,15 @@ struct AttentionValidation {
   std::vector<Point> points;
 };
 
+/// One point of the attention grid: the layer, its input moments, the
+/// upstream gradient moments and the simulation setup.
+struct AttentionGridPoint {
+  Attention<double> layer;
+  Moments<double> in;
+  GradMoments<double> grad_out;
+  SimulationSetup setup;
+};
+
 /// Table 21 grid for single-head attention: mu = 0, s^2 = 1, r and r_g in
 /// [0, 1), g^2 in [0.1, 10], d_in in [100, 1000], d_k in {32, 64, 128, 256},
 /// L in [300, 10^4], p in [0, 1) (capped at 0.9: at p -> 1 a finite sample
@@ -134,8 +143,8 @@ struct AttentionValidation {
 /// log-uniformly, `opt.scale` shrinks their upper ends towards the lower ones.
 /// Trials: opt.trials_for(d_k), since the d_k value units of a trial are
 /// independent draws given the input and the attention probabilities.
-inline AttentionValidation validate_attention_paths(const GridOptions& opt) {
-  AttentionValidation report;
+inline std::vector<AttentionGridPoint> attention_grid(const GridOptions& opt) {
+  std::vector<AttentionGridPoint> grid;
   Random rng(opt.seed);
   auto log_uniform = [&](double lo, double hi) {
     return std::exp(uniform_in(rng, std::log(lo), std::log(hi)));
@@ -154,21 +163,36 @@ inline AttentionValidation validate_attention_paths(const GridOptions& opt) {
     SimulationSetup setup;
     setup.trials = opt.trials_for(d_k);
     setup.seed = rng.next();
-    const Attention<double> layer(d_in, d_k, seq_len, q_var, k_var, v_var, p);
-    const AttentionSimulationResult sim = simulate_paths(layer, in, g, setup);
-    const SimulationResult total{sim.forward, sim.backward};
-    const SimulationResult value{sim.forward, sim.backward_value_path};
-    const SimulationResult softmax{sim.forward, sim.backward_softmax_path};
-    const Moments<double> out = layer.forward(in);
-    const GradMoments<double> grad = layer.backward(in, g), value_grad = layer.value_path(in, g),
-                              softmax_grad = layer.softmax_path(in, g);
-    report.total.add_all(out, grad, total);
-    report.value_path.add_all(out, value_grad, value);
-    report.softmax_path.add_all(out, softmax_grad, softmax);
-    report.paper_total.add_all(layer.forward_paper(in), layer.backward_paper(in, g), total);
-    report.paper_value_path.add_all(layer.forward_paper(in), layer.backward_paper(in, g), value);
-    report.points.push_back({layer, in, g, grad, value_grad, softmax_grad, sim});
+    grid.push_back({Attention<double>(d_in, d_k, seq_len, q_var, k_var, v_var, p), in, g, setup});
   }
+  return grid;
+}
+
+/// Adds one simulated grid point to the comparisons.
+inline void add_point(AttentionValidation& report, const AttentionGridPoint& point,
+                      const AttentionSimulationResult& sim) {
+  const Attention<double>& layer = point.layer;
+  const SimulationResult total{sim.forward, sim.backward};
+  const SimulationResult value{sim.forward, sim.backward_value_path};
+  const SimulationResult softmax{sim.forward, sim.backward_softmax_path};
+  const Moments<double> out = layer.forward(point.in);
+  const GradMoments<double> grad = layer.backward(point.in, point.grad_out),
+                            value_grad = layer.value_path(point.in, point.grad_out),
+                            softmax_grad = layer.softmax_path(point.in, point.grad_out);
+  report.total.add_all(out, grad, total);
+  report.value_path.add_all(out, value_grad, value);
+  report.softmax_path.add_all(out, softmax_grad, softmax);
+  report.paper_total.add_all(layer.forward_paper(point.in), layer.backward_paper(point.in, point.grad_out), total);
+  report.paper_value_path.add_all(layer.forward_paper(point.in),
+                                  layer.backward_paper(point.in, point.grad_out), value);
+  report.points.push_back({layer, point.in, point.grad_out, grad, value_grad, softmax_grad, sim});
+}
+
+/// Simulates every point of attention_grid(opt) and compares.
+inline AttentionValidation validate_attention_paths(const GridOptions& opt) {
+  AttentionValidation report;
+  for (const AttentionGridPoint& point : attention_grid(opt))
+    add_point(report, point, simulate_paths(point.layer, point.in, point.grad_out, point.setup));
   return report;
 }
 
