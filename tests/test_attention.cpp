@@ -432,6 +432,58 @@ TEST_CASE("Attention: Monte Carlo of the gradient by path", "[attention][monteca
   }
 }
 
+TEST_CASE("Attention: IID and near-IID inputs (r = 0 and r -> 0)", "[attention][montecarlo]") {
+  // Independent positions: the shared part of the input is 0, the output is
+  // only the softmax-weighted average of independent rows, so its variance is
+  // ~F_var/L of the input's, not 0 (the paper's Table 2 form r s2 d^2 ... is 0
+  // here), and the softmax path carries most of the gradient. The formulas
+  // have no division by r: r = 0 and r = 1e-12 agree to rounding.
+  const Moments<double> iid{0, 1, 0, 0}, almost{0, 1, 1e-12, 0};
+  const Attention<double> layer(128, 32, 128, 2.0 / 160, 2.0 / 160, 1.0 / 128, 0.1);
+  const auto f0 = layer.forward(iid), f1 = layer.forward(almost);
+  const auto g0 = layer.backward(iid, {1, 0}), g1 = layer.backward(almost, {1, 0});
+  // L sum_k P_ik^2 >= 1 (Cauchy-Schwarz), so E[O^2] >= d_in v_var s2 / L = 1/128.
+  CHECK(f0.var >= 1.0 / 128);
+  CHECK(std::abs(f1.var / f0.var - 1) < 1e-9);
+  CHECK(std::abs(f1.corr_len - f0.corr_len) < 1e-9);
+  CHECK(std::abs(g1.var / g0.var - 1) < 1e-9);
+  CHECK(std::abs(g1.corr_len - g0.corr_len) < 1e-9);
+  // Against simulation at r = 0, 1e-3 and 0.02 (Xavier Q/K of a 4-head d = 128
+  // block, score variance 2.56, and a wider head at score variance 1). With
+  // 300-600 trials the standard errors are 0.4-1 percent; every quantity
+  // within 5 of them and within 3 percent.
+  struct Case {
+    double d_in, d_k, L, qk_var, p, r, r_g;
+    std::size_t trials;
+  };
+  const Case cases[] = {
+      {128, 32, 128, 2.0 / 160, 0.1, 0.0, 0.0, 600},
+      {128, 32, 128, 2.0 / 160, 0.0, 1e-3, 0.01, 600},
+      {128, 64, 300, 1.0 / 128, 0.1, 0.02, 0.0, 300},
+  };
+  std::uint64_t seed = 901;
+  for (const auto& c : cases) {
+    const Attention<double> a(c.d_in, c.d_k, c.L, c.qk_var, c.qk_var, 1 / c.d_in, c.p);
+    const Moments<double> in{0, 1, c.r, 0};
+    const GradMoments<double> g{1, c.r_g};
+    mc::SimulationSetup setup;
+    setup.trials = c.trials;
+    setup.seed = seed++;
+    const auto sim = mc::simulate_paths(a, in, g, setup);
+    const auto out = a.forward(in);
+    const auto grad = a.backward(in, g);
+    INFO("d_k " << c.d_k << ", L " << c.L << ", r " << c.r << ", score variance "
+                << a.domain(in).score_var);
+    CHECK(!sigprop::any(sigprop::caveats(a.domain(in))));
+    check_z("var", sim.forward.var, out.var);
+    check_z("cov_len", sim.forward.cov_len, out.cov_len());
+    check_z("grad var", sim.backward.var, grad.var);
+    check_z("grad cov_len", sim.backward.cov_len, grad.cov_len());
+    CHECK(std::abs(out.var / sim.forward.var.value - 1) <= 0.03);
+    CHECK(std::abs(grad.var / sim.backward.var.value - 1) <= 0.03);
+  }
+}
+
 TEST_CASE("Attention: Monte Carlo over the Table 21 grid", "[attention][montecarlo]") {
   // 30 random points of Table 21 (lengths and widths shrunk to L in
   // [300, 494], d_in in [100, 118]; d_k in {32, ..., 256} as in the paper),

@@ -23,11 +23,16 @@
 // The softmax enters only through two sums of squared weights,
 //   F_var = L E[sum_k P_ik^2]        -> e^{sigma^2}      (L, d_in, d_k -> inf),
 //   F_cov = L E[sum_k P_ik P_mk]     -> e^{rho sigma^2}  (two queries i != m),
-// computed here to second order: the fluctuation of the query norm (the
+// computed here with the fluctuation of the query norm to second order (the
 // exact second cumulant of the Wishart quadratic form, fluctuation c below)
-// and the finite number of keys (delta method for the ratio of sums):
-//   F(kappa, rho_k) = e^{kappa + (1 + rho_k^2) c sigma^4 / 2} / (1 + (e^kappa - 1)(2 e^{sigma^2} - 1)/L),
-//   F_var = F(sigma^2, 1),  F_cov = F(rho sigma^2, rho).
+// and the finite number of keys exactly for one query:
+//   F_var = e^{sigma^2 + c sigma^4} G(sigma^2, L),
+//   G(a, n) = n^2 E[p_1^2] e^{-a} for p = softmax of n i.i.d. N(0, a) logits
+//   (tabulated from the exact quadrature of softmax.hpp; the delta method
+//   1/G = 1 + (e^a - 1)(2 e^a - 1)/n, used before, is 86 % low at a = 4,
+//   L = 300), and for two queries through the delta method's ratio:
+//   F_cov = e^{rho sigma^2 + (1 + rho^2) c sigma^4 / 2} / (1 + (1/G - 1) share),
+//   share = (e^{rho sigma^2} - 1)/(e^{sigma^2} - 1).
 // Then, for the output before V, O = dropout(P) X:
 //   E[O^2]   = common + gamma^2 (1 - F_var/L)^2 + F_var (pos_var + gamma^2)/L
 //              + p/(1 - p) F_var (m2 + 4 gamma^2)/L
@@ -83,6 +88,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "sigprop/components/detail/softmax_concentration.hpp"
 #include "sigprop/core/component.hpp"
 
 namespace sigprop {
@@ -275,6 +281,7 @@ class Attention : public Component<Attention<T>, T> {
   AttentionTerms<T> terms_of(const Moments<T>& in) const {
     using std::exp;
     using std::expm1;
+    using std::log;
     const T& L = seq_len_;
     const T t = d_in_ * q_var_ * k_var_;
     AttentionTerms<T> a;
@@ -297,17 +304,34 @@ class Attention : public Component<Attention<T>, T> {
     require_finite_exp(exp_score, a.score_var);
     const T s4 = a.score_var * a.score_var;
     a.width_term = fluct * s4;
-    const T jensen_var = exp(a.score_var + a.width_term);
-    require_finite_exp(jensen_var, a.score_var + a.width_term);
+    // Finite L, one query: the exact concentration factor of a softmax over L
+    // i.i.d. N(0, sigma^2) scores, G = L^2 E[P^2] e^{-sigma^2}
+    // (detail/softmax_concentration.hpp).
+    const T concentration = detail::softmax_concentration(a.score_var, L);
+    // The query-norm fluctuation (variance 2 c sigma^4 of sigma_i^2) averaged
+    // over f(x) = e^x G(x, L) to second order: E f = f e^{kappa c sigma^4} with
+    // kappa = f''/f = (1 + (log G)')^2 + (log G)'' (1 for G = 1, the large-L
+    // limit; smaller where G falls with sigma^2). Derivatives by central
+    // differences of step 0.1 in sigma^2 (taken at 0.1 below it).
+    const T step = 0 * L + 0.1;
+    const T centre = math::max_of(a.score_var, step);
+    const T log_mid = log(detail::softmax_concentration(centre, L));
+    const T log_up = log(detail::softmax_concentration(centre + step, L));
+    const T log_down = log(detail::softmax_concentration(centre - step, L));
+    const T slope = 1 + (log_up - log_down) / (2 * step);
+    const T curvature = (log_up - 2 * log_mid + log_down) / (step * step);
+    const T kappa = slope * slope + curvature;
+    const T jensen_var = exp(a.score_var + kappa * a.width_term);
+    require_finite_exp(jensen_var, a.score_var + kappa * a.width_term);
     const T cross = a.corr_queries * a.score_var;
-    const T jensen_cross = exp(cross + (1 + a.corr_queries * a.corr_queries) / 2 * a.width_term);
-    // Finite L: 1 + (e^kappa - 1)(2 e^{sigma^2} - 1)/L, kappa = sigma^2 and rho sigma^2.
-    const T spread = 2 * exp_score - 1;
-    const T finite_var = 1 + expm1(a.score_var) * spread / L;
-    const T finite_cross = 1 + expm1(cross) * spread / L;
-    require_finite_exp(finite_var, 2 * a.score_var);
-    a.weight_sq = jensen_var / finite_var;
-    a.weight_cross = jensen_cross / finite_cross;
+    const T jensen_cross = exp(cross + (1 + a.corr_queries * a.corr_queries) / 2 * kappa * a.width_term);
+    // Two queries: 1/H - 1 = (1/G - 1)(e^{rho sigma^2} - 1)/(e^{sigma^2} - 1),
+    // the ratio of the delta method's two corrections (exact at rho = 0 and
+    // rho = 1). At sigma^2 = 0, G = 1 and the share does not enter.
+    const T cross_excess = expm1(cross), var_excess = expm1(a.score_var);
+    const T share = math::ratio_or(cross_excess, var_excess, 1);
+    a.weight_sq = jensen_var * concentration;
+    a.weight_cross = jensen_cross / (1 + (1 / concentration - 1) * share);
     return a;
   }
 

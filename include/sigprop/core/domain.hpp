@@ -17,6 +17,7 @@
 #include <string>
 
 #include "sigprop/core/lanes.hpp"
+#include "sigprop/core/math.hpp"
 
 namespace sigprop {
 
@@ -43,14 +44,8 @@ struct Domain {
 
   /// The worse of two measures, lane by lane.
   Domain worst(const Domain& other) const {
-    return {max_of(score_var, other.score_var), max_of(key_weight, other.key_weight),
-            max_of(width_term, other.width_term)};
-  }
-
- private:
-  static T max_of(const T& a, const T& b) {
-    if constexpr (is_scalar_v<T>) return a < b ? b : a;
-    else return a.max(b);
+    return {math::max_of(score_var, other.score_var), math::max_of(key_weight, other.key_weight),
+            math::max_of(width_term, other.width_term)};
   }
 };
 

@@ -64,6 +64,13 @@ T acos_stable(const T& r) {
   return 2 * asin(sqrt(clamp_nonnegative(T((1 - r) / 2))));
 }
 
+/// The larger of x and y, lane-wise.
+template <class T>
+T max_of(const T& x, const T& y) {
+  if constexpr (is_scalar_v<T>) return x < y ? y : x;
+  else return x.max(y);
+}
+
 /// a / b where b > 0, else `fallback` (the limit of a degenerate, constant input).
 template <class T, class F>
 T ratio_or(const T& a, const T& b, const F& fallback) {
