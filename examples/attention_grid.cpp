@@ -2,18 +2,21 @@
 // Table 21 sizes, split in two steps because the simulations are long (L up
 // to 10^4) and the closed form changes more often than the simulations:
 //
-//   attention_grid simulate FILE [--points N] [--scale S] [--samples K] [--seed X]
+//   attention_grid simulate FILE [--points N] [--scale S] [--samples K] [--seed X] [--replica R]
 //       simulates the grid of montecarlo::attention_grid point by point and
 //       appends one CSV line per point to FILE (the layer, its input, the
 //       upstream gradient and every measured moment with its standard error,
-//       by gradient path); an interrupted run keeps the points done.
-//   attention_grid evaluate FILE [--format text|markdown]
-//       compares the current closed forms with the saved simulations: the
+//       by gradient path); an interrupted run keeps the points done. Replica
+//       R > 0 simulates the same points with independent random streams.
+//   attention_grid evaluate FILE[,FILE...] [--format text|markdown]
+//       compares the current closed forms with the saved simulations (the
+//       replicas of one grid in several files are pooled point by point): the
 //       Table 20 percentiles (as validation_report prints them), the same
 //       split by the domain-of-validity flag (core/domain.hpp), and the five
 //       worst points of the gradient variance.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -118,8 +121,9 @@ void print(const mc::ValidationReport& r, const char* label, bool markdown) {
   }
 }
 
-int simulate(const std::string& path, const mc::GridOptions& opt) {
-  const auto grid = mc::attention_grid(opt);
+int simulate(const std::string& path, const mc::GridOptions& opt, std::uint64_t replica) {
+  auto grid = mc::attention_grid(opt);
+  for (auto& pt : grid) pt.setup.seed += 0x9E3779B97F4A7C15ull * replica;
   std::size_t done = 0;
   {
     std::ifstream existing(path);
@@ -142,8 +146,47 @@ int simulate(const std::string& path, const mc::GridOptions& opt) {
   return 0;
 }
 
-int evaluate(const std::string& path, bool markdown) {
-  const auto saved = read(path);
+// The mean of independent replicas of one estimate.
+mc::Estimate pool(const std::vector<mc::Estimate>& e) {
+  double value = 0, var = 0;
+  for (const auto& x : e) {
+    value += x.value;
+    var += x.std_error * x.std_error;
+  }
+  const double n = static_cast<double>(e.size());
+  return {value / n, std::sqrt(var) / n};
+}
+
+std::vector<Saved> read_pooled(const std::string& paths) {
+  std::vector<std::vector<Saved>> files;
+  std::stringstream list(paths);
+  for (std::string path; std::getline(list, path, ',');) files.push_back(read(path));
+  std::vector<Saved> out = files.front();
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    std::vector<mc::AttentionSimulationResult> sims;
+    for (const auto& f : files)
+      if (i < f.size()) sims.push_back(f[i].sim);
+    auto field = [&](auto member) {
+      std::vector<mc::Estimate> e;
+      for (const auto& s : sims) e.push_back(member(s));
+      return pool(e);
+    };
+    auto& s = out[i].sim;
+    s.forward.mean = field([](const auto& x) { return x.forward.mean; });
+    s.forward.var = field([](const auto& x) { return x.forward.var; });
+    s.forward.cov_len = field([](const auto& x) { return x.forward.cov_len; });
+    s.backward.var = field([](const auto& x) { return x.backward.var; });
+    s.backward.cov_len = field([](const auto& x) { return x.backward.cov_len; });
+    s.backward_value_path.var = field([](const auto& x) { return x.backward_value_path.var; });
+    s.backward_value_path.cov_len = field([](const auto& x) { return x.backward_value_path.cov_len; });
+    s.backward_softmax_path.var = field([](const auto& x) { return x.backward_softmax_path.var; });
+    s.backward_softmax_path.cov_len = field([](const auto& x) { return x.backward_softmax_path.cov_len; });
+  }
+  return out;
+}
+
+int evaluate(const std::string& paths, bool markdown) {
+  const auto saved = read_pooled(paths);
   mc::AttentionValidation all, inside, outside;
   for (const auto& s : saved) {
     mc::add_point(all, s.point, s.sim);
@@ -190,6 +233,7 @@ int main(int argc, char** argv) {
     opt.scale = 1;
     opt.independent_samples = 4000;
     bool markdown = false;
+    std::uint64_t replica = 0;
     for (int i = 3; i < argc; i += 2) {
       const std::string flag = argv[i];
       if (i + 1 >= argc) usage_error(flag + " expects a value");
@@ -199,9 +243,10 @@ int main(int argc, char** argv) {
       else if (flag == "--samples") opt.independent_samples = static_cast<std::size_t>(parse(flag, value));
       else if (flag == "--seed") opt.seed = static_cast<std::uint64_t>(parse(flag, value));
       else if (flag == "--format") markdown = value == "markdown";
+      else if (flag == "--replica") replica = static_cast<std::uint64_t>(parse(flag, value));
       else usage_error("unknown flag " + flag);
     }
-    if (mode == "simulate") return simulate(path, opt);
+    if (mode == "simulate") return simulate(path, opt, replica);
     if (mode == "evaluate") return evaluate(path, markdown);
     usage_error("unknown mode '" + mode + "' (simulate or evaluate)");
   } catch (const std::exception& e) {

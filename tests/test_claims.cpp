@@ -149,6 +149,11 @@ TEST_CASE("claims: Q/K at 2x Xavier explodes the gradient (settled by simulation
     o.q = o.k = (i == 0 ? 1.0 : 4.0) * 2.0 / (128 + 32);
     const auto w = initialize(c, Scheme::xavier, input, {}, o);
     grad[i] = mc::simulate_model(c, w, {1, 0}, setup).backward[0].var.value;
+    // The trace says where its numbers cannot be trusted: no layer at 1x,
+    // every layer at 2x (score variance far above the validated limit).
+    const auto outside = sigprop::outside_domain(sigprop::trace(c, w));
+    if (i == 0) CHECK(outside.empty());
+    else CHECK(outside.layers.size() == c.layers);
   }
   INFO("gradient variance at the input: 1x " << grad[0] << ", 2x " << grad[1]);
   // Measured: 7.6 at 1x and 6.6e5 at 2x (24 layers); the ratio has a

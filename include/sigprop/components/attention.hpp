@@ -53,15 +53,18 @@
 // sum_l P_il m_il g_i . v_l): the shared part of V cancels except through the
 // dropout mask, and sum_k dS_ik = 0 removes the shared part of K from dQ.
 // With A = d_k v_var g^2 d_in t / L, the values seen by the Jacobian
-// D = (pos_var + p common)/(1 - p) and the centring n = 1 - (2 - F_var)/L:
+// D = (pos_var + p common)/(1 - p) and the Jacobian weight
+// F_jac = L E[sum_k P_ik^2 (1 - 2 P_ik + sum_l P_il^2)] (the centring of dS;
+// given the query it is e^{sigma^2} J(sigma^2, L) exactly, J tabulated like G;
+// its first-order form F_var (1 - (2 - F_var)/L) fails at large sigma^2):
 //   Q path: keys contribute incoherently, plus a coherent part: the weighted
 //   covariance of g_i . v_k and k_k over the keys is pos_var g_i Wv^T Wk (the
 //   same value and key rows), independent of L (pos_cov_sq below):
-//     Var_Q = A (F_var n pos_var D + L (1 - F_var/L)^2 pos_cov_sq / d_in)
+//     Var_Q = A (F_jac pos_var D + L (1 - F_var/L)^2 pos_cov_sq / d_in)
 //     Cov_Q = A r_g (F_cov pos_var^2 + L (1 - F_var/L)^2 pos_cov_sq / d_in)
 //   K path: a sum over the queries of key k; the shared parts of g (r_g) and
 //   of q (common) add coherently over the L - 1 other queries:
-//     Var_K = A (F_var n (pos_var m2 + p (common pos_var + shared4)) / (1 - p)
+//     Var_K = A (F_jac (pos_var m2 + p (common pos_var + shared4)) / (1 - p)
 //                + (L - 1) r_g F_cov pos_var common_eff)
 //     Cov_K = -Var_K / (L - 1)   (exact: sum_k dK_k = sum_i (sum_k dS_ik) q_i = 0)
 //   shared4 = E|c|^4 / d_in^2 = common^2 + 2 r s^2 (r s^2 + 2 mu^2)/d_in (one
@@ -106,6 +109,7 @@ struct AttentionTerms {
   T pos_cov_sq;    ///< (1 - r)^2 s^4 + (d_in - 1)(r^d s^2)^2, so gamma^2 = t m2 pos_cov_sq
   T weight_sq;     ///< F_var = L E[sum_k P_ik^2]
   T weight_cross;  ///< F_cov = L E[sum_k P_ik P_mk], i != m
+  T weight_jacobian;  ///< F_jac = L E[sum_k P_ik^2 (1 - 2 P_ik + sum_l P_il^2)] (softmax Jacobian)
   T width_term;    ///< c sigma^4, the second-order query-norm fluctuation term
 };
 
@@ -254,7 +258,6 @@ class Attention : public Component<Attention<T>, T> {
     const T& L = seq_len_;
     const T t = d_in_ * q_var_ * k_var_;
     const T scale = d_k_ * v_var_ * g.var * d_in_ * t / L;
-    const T centring = 1 - (2 - a.weight_sq) / L;
     const T shrink = 1 - a.weight_sq / L;
     const T coherent = L * shrink * shrink * a.pos_cov_sq / d_in_;
     const T shared_var = in.corr_len * in.var;  // r s^2
@@ -262,10 +265,10 @@ class Attention : public Component<Attention<T>, T> {
     const T values = (a.pos_var + p_ * a.common) / (1 - p_);
     const T common_eff = a.common + (a.pos_var * a.pos_var * a.pos_var +
                                      2 * a.pos_var * a.common * a.common) * t * (2 + d_in_ / d_k_);
-    const T var_q = scale * (a.weight_sq * centring * a.pos_var * values + coherent);
+    const T var_q = scale * (a.weight_jacobian * a.pos_var * values + coherent);
     const T cov_q = scale * g.corr_len * (a.weight_cross * a.pos_var * a.pos_var + coherent);
     const T var_k =
-        scale * (a.weight_sq * centring *
+        scale * (a.weight_jacobian *
                      (a.pos_var * a.second + p_ * (a.common * a.pos_var + shared4)) / (1 - p_) +
                  (L - 1) * g.corr_len * a.weight_cross * a.pos_var * common_eff);
     return {var_q + var_k, cov_q - var_k / (L - 1)};
@@ -330,8 +333,16 @@ class Attention : public Component<Attention<T>, T> {
     // rho = 1). At sigma^2 = 0, G = 1 and the share does not enter.
     const T cross_excess = expm1(cross), var_excess = expm1(a.score_var);
     const T share = math::ratio_or(cross_excess, var_excess, 1);
-    a.weight_sq = jensen_var * concentration;
-    a.weight_cross = jensen_cross / (1 + (1 / concentration - 1) * share);
+    // Bounds that hold for any weights: L sum_k P_ik^2 <= L (one-hot), and
+    // sum_k P_ik P_mk <= (sum_k P_ik^2 + sum_k P_mk^2)/2. The expansions
+    // above exceed them only far outside the validated domain.
+    a.weight_sq = math::min_of(T(jensen_var * concentration), L);
+    a.weight_cross = math::min_of(T(jensen_cross / (1 + (1 / concentration - 1) * share)), a.weight_sq);
+    // The softmax Jacobian's weight, exact for one query given its norm:
+    // J = L^2 E[P^2 (1 - 2 P + sum P^2)] e^{-sigma^2} (tabulated like G), with
+    // the same norm average. Its first-order form F_var (1 - (2 - F_var)/L),
+    // used before, is 40 percent high at sigma^2 = 2.56, L = 128.
+    a.weight_jacobian = a.weight_sq * detail::softmax_jacobian_concentration(a.score_var, L) / concentration;
     return a;
   }
 

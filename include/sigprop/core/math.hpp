@@ -71,6 +71,13 @@ T max_of(const T& x, const T& y) {
   else return x.max(y);
 }
 
+/// The smaller of x and y, lane-wise.
+template <class T>
+T min_of(const T& x, const T& y) {
+  if constexpr (is_scalar_v<T>) return y < x ? y : x;
+  else return x.min(y);
+}
+
 /// a / b where b > 0, else `fallback` (the limit of a degenerate, constant input).
 template <class T, class F>
 T ratio_or(const T& a, const T& b, const F& fallback) {

@@ -1,56 +1,100 @@
 // sigprop/components/detail/softmax_concentration.hpp -- the finite-length
-// concentration factor of a softmax,
-//   G(a, n) = n^2 E[p_1^2] e^{-a},   p = softmax of n i.i.d. N(0, a) logits,
-// so that n E[sum_k p_k^2] = e^a G(a, n). G(0, n) = 1, G = 1 - a/n + O(a^2)
-// for small a, and G -> 1 as n -> inf at fixed a: the delta method for the
-// ratio of sums gives 1/G = 1 + (e^a - 1)(2 e^a - 1)/n + ..., accurate only
-// once n >> e^{2a} (at a = 4, n = 300 it gives 0.049 for G = 0.361).
+// concentration factors of a softmax p of n i.i.d. N(0, a) logits:
+//   G(a, n) = n^2 E[p_1^2] e^{-a},                            (forward)
+//   J(a, n) = n^2 E[p_1^2 (1 - 2 p_1 + sum_k p_k^2)] e^{-a},  (Jacobian)
+// so that n E[sum_k p_k^2] = e^a G(a, n) and
+// n E[sum_k p_k^2 (1 - 2 p_k + sum_l p_l^2)] = e^a J(a, n).
 //
-// Reference: Kedia et al., "Transformers Get Stable" (ICML 2024), appendix
-// B.7: its log-normal sum treats the denominator as a constant, which is
-// G = 1. The exact value comes from the quadrature of softmax.hpp
-// (detail::SoftmaxQuadrature) as G = (n^2 Var[p_1] + 1) e^{-a}, ~1 ms a call:
-// softmax_concentration_exact.
+// G. G(0, n) = 1, G = 1 - a/n + O(a^2) for small a, and G -> 1 as n -> inf at
+// fixed a: the delta method for the ratio of sums gives 1/G = 1 + (e^a - 1)
+// (2 e^a - 1)/n + ..., accurate only once n >> e^{2a} (at a = 4, n = 300 it
+// gives 0.049 for G = 0.361). Reference: Kedia et al., "Transformers Get
+// Stable" (ICML 2024), appendix B.7: its log-normal sum treats the denominator
+// as a constant, which is G = 1.
 //
-// softmax_concentration (~50 ns) interpolates log G in a generated table
+// J. The softmax Jacobian dp/dx = diag(p) - p p^T maps an upstream gradient g
+// with i.i.d. entries (variance g^2) to g_in = p .* (g - p.g), of variance
+// g^2 E[p_1^2 (1 - 2 p_1 + sum_k p_k^2)] (softmax.hpp), n^{-2} e^a J. The
+// attention's softmax-path gradient, dS = P .* (dP - rowsum(P .* dP)), carries
+// the same factor for each query over its L keys. J replaces its first-order
+// form there (first order in the spread of p around 1/n: sum_k p_k^3 ~
+// sum_k p_k^2 / n, sum_k p_k^2 at its mean), the "centring"
+// F_var (1 - (2 - F_var)/L), i.e.
+//   J ~ G (1 - (2 - e^a G)/n),
+// which fails at large score variance, once a few keys dominate: 46 % high at
+// a = 2.56, n = 128 (0.624 for J = 0.427), 66 % at a = 4, n = 300, 8 % at
+// a = 1, n = 128 (section 7 of concentration_table --verify tabulates it).
+// J(0, n) = 1 - 1/n exactly (p = 1/n), J = (1 - 1/n)(1 - 4 a/n + O(a^2)) for
+// small a (second order in p_k - 1/n), J < G (e^a (G - J)/n = E[2 S_3 - S_2^2]
+// with S_m = sum_k p_k^m, and S_2^2 <= S_3 by Cauchy-Schwarz), and J -> 1 as
+// n -> inf at fixed a.
+//
+// Exact values come from the quadrature of softmax.hpp (detail::SoftmaxQuadrature,
+// ~1 ms a call): softmax_concentration_exact = (n^2 Var[p_1] + 1) e^{-a}, and
+// softmax_jacobian_concentration_exact = n^2 e^{-a} times the backward factor
+// grad_var (1 - 1/n exactly at a = 0).
+//
+// softmax_concentration and softmax_jacobian_concentration (~55 ns each)
+// interpolate log G and log K, K = J / (1 - 1/n), in a generated table
 // (softmax_concentration_table.hpp, written by examples/concentration_table.cpp
-// from softmax_concentration_exact, 2583 entries in ~2 s):
+// from the exact functions, 2 x 2583 entries in ~4 s), and J = (1 - 1/n) K.
+// K rather than J: the a = 0 row of log J, log(1 - e^{-u}), has large high
+// derivatives in u = ln n at small n and was interpolated 1e-3 off near n = 2;
+// the row of log K is exactly 0, so J(0, n) = 1 - 1/n exactly here too.
+// The grid, the same for both:
 //   rows     sigma = sqrt(a) = i h, h = sqrt(10)/40, i = 0 .. 40 (a in [0, 10]);
 //   columns  u = ln n, 63 nodes from ln 2 to ln 1e7 (step 0.249).
 // Scheme: four-point Lagrange interpolation (DLMF 3.3.1) on the two nodes
 // either side, shifted inwards at the table's edges, in sigma and in u (the
-// 4 x 4 tensor product). On the first interval, sigma < h, the rows 0 .. 3 are
-// interpolated in a = sigma^2 instead (nodes a = 0, h^2, 4 h^2, 9 h^2): G is
-// smooth in a, and a cubic in sigma would add a spurious O(sqrt a) term.
+// 4 x 4 tensor product; one routine, concentration_interpolate, for both
+// tables). On the first interval, sigma < h, the rows 0 .. 3 are
+// interpolated in a = sigma^2 instead (nodes a = 0, h^2, 4 h^2, 9 h^2): G and
+// K are smooth in a (the logits' law is even in sigma), and a cubic in sigma
+// would add a spurious O(sqrt a) term.
 // Rows uniform in sigma rather than in a: log G has large high derivatives in
 // a at small a and n (G(a, 2) = 4 E[logistic(sqrt(2a) Z)^2] e^{-a}), and a
 // uniform grid in a was off by 8.5e-4 at step 0.25 and 1.1e-4 at step 0.125.
-// Accuracy, relative to softmax_concentration_exact over the table: max
-// 1.9e-5, RMS 3.6e-6 at 20000 random points (examples/concentration_table
-// --check 20000), max 1.8e-5 at the 7542 half-step points. The exact
-// quadrature itself agrees with an independent adaptive quadrature to
-// 3e-6 for n <= 1e7 (1e-7 for n <= 1e6; concentration_table --verify).
+// Accuracy, relative to the exact functions over the table (examples/
+// concentration_table --check 20000, 20000 random points): G max 1.9e-5, RMS
+// 3.6e-6; J max 1.9e-5, RMS 3.9e-6; at the 7542 half-step points G max
+// 1.8e-5, J max 1.7e-5. The small-a slopes, -1/n for G and -4 (1 - 1/n)/n
+// for J, are reproduced to 2e-4 for n <= 100; for J the error grows to 1.5e-3
+// at n = 1e3 and 1.5 % at 1e4, where 4 a/n on the first rows approaches the
+// exact quadrature's resolution (at large n its J is ~3e-8 relative high for
+// a > 0, and exact at a = 0): a slope error of that size in J itself.
+// The exact quadrature itself, against an independent adaptive quadrature
+// (concentration_table --verify): G to 3e-6 for n <= 1e7 (1e-7 for n <= 1e6);
+// J to 7e-7 for n <= 1e7 (largest at a ~ 4, n = 1e7; 3e-8 for n <= 1e6), and
+// at n = 2 J is 6.3e-7 low as a -> 0 (against the one-dimensional integral
+// J(a, 2) = e^{-a}/2 E[sech^4(sqrt(a/2) Z)]).
 // Outside the table:
-//   n > 1e7: 1/G - 1 is continued as c/n from the last column,
-//       1/G(a, n) = 1 + (1/G(a, n_max) - 1) n_max/n   (continuous at n_max),
-//     the delta method's asymptotic form. Against the independent quadrature
-//     it is good to 1e-6 for a <= 4 at any n; where n_max is not >> e^{2a}
-//     the true 1/G - 1 falls faster than 1/n and the continuation
-//     overestimates G (at n = 1e8: a = 5 +4.5e-5, a = 6 +8e-4, a = 8 +3 %,
-//     a = 10 +21 %).
+//   n > 1e7: 1/F - 1 is continued as c/n from the last column, for F = G and
+//     F = K,
+//       1/F(a, n) = 1 + (1/F(a, n_max) - 1) n_max/n   (continuous at n_max),
+//     the delta method's asymptotic form (for J the same form to O(1/n^2)).
+//     Against the independent quadrature it is good to 1e-6 (G) and 4e-6 (J)
+//     for a <= 4 at any n; where n_max is not >> e^{2a} the true 1/F - 1 falls
+//     faster than 1/n and the continuation overestimates F (at n = 1e8, G: a =
+//     5 +4.5e-5, a = 6 +8e-4, a = 8 +3 %, a = 10 +21 %; J: a = 5 +1.2e-4, a = 6
+//     +1.7e-3, a = 8 +5 %, a = 10 +29 %).
 //     The table stops at 1e7 because SoftmaxQuadrature integrates the
 //     Gaussian over 8.5 standard deviations, which for n >~ 1e7 cuts off the
-//     weight of w^2 centred 2 sqrt(a) out and biases E[p_1^2] low (a = 6:
-//     -1.8e-6 at n = 1e7, -4.3e-5 at 1e8, -1.3e-4 at 1e9; a = 8: -5.7e-4 at 1e9).
-//   a > 10: log G continued linearly in a from the last two rows; outside the
-//     attention closed form's domain, and indicative only (3e-4 to 2e-2 off
-//     at a = 10.5, 3e-3 to 0.2 at a = 12, for n from 2 to 1e6).
+//     weight of w^2 centred 2 sqrt(a) out (and of w^3, w^4 for J) and biases
+//     the exact values low (G, a = 6: -1.8e-6 at n = 1e7, -4.3e-5 at 1e8,
+//     -1.3e-4 at 1e9; a = 8: -5.7e-4 at 1e9. J, a = 5: -1.2e-5 at 1e8, -2.5e-5
+//     at 1e9; a = 6: -1.1e-4 at 1e9; a = 8: -1.8e-4 at 1e9).
+//   a > 10: log G and log K continued linearly in a from the last two rows;
+//     outside the attention closed form's domain, and indicative only (G: 3e-4
+//     to 2e-2 off at a = 10.5, 3e-3 to 0.2 at a = 12; J: 1e-3 to 2e-2 at a =
+//     10.5, 1e-2 to 0.2 at a = 12; for n from 2 to 1e6).
 // Preconditions (the caller validates): a >= 0 and finite, n >= 2 and finite.
 // Nothing is clamped: a negative or NaN argument gives NaN, and n < 2 an
 // extrapolation of the table.
 #pragma once
 
 #include <cmath>
+
+#include <Eigen/Core>
 
 #include "sigprop/components/detail/softmax_concentration_table.hpp"
 #include "sigprop/components/softmax.hpp"
@@ -64,6 +108,17 @@ inline double softmax_concentration_exact(double a, double n) {
   const SoftmaxExact e = softmax_exact(n, a, 0, SoftmaxNeed::forward);
   return (n * n * e.var + 1) * std::exp(-a);
 }
+
+/// J(a, n) from the exact quadrature (slow: ~1 ms). At a = 0 softmax_exact
+/// returns grad_var = (1 - 1/n)/n^2, which n^2 times would only round to 1 - 1/n.
+inline double softmax_jacobian_concentration_exact(double a, double n) {
+  if (a == 0) return 1 - 1 / n;
+  const SoftmaxExact e = softmax_exact(n, a, 0, SoftmaxNeed::backward);
+  return n * n * e.grad_var * std::exp(-a);
+}
+
+// A table of the generated header: log_g or log_j, row i, column j at [i * u_count + j].
+using ConcentrationTable = double[concentration_table::sigma_count * concentration_table::u_count];
 
 // Four-point Lagrange weights for the nodes 0, 1, 2, 3 at position t.
 inline void concentration_weights(double t, double (&w)[4]) {
@@ -83,14 +138,15 @@ inline void concentration_even_weights(double t, double (&w)[4]) {
   w[3] = x * x1 * x4 * (1.0 / 360);
 }
 
-// log G along row i, columns j0 .. j0 + 3.
-inline double concentration_row(int i, int j0, const double (&w)[4]) {
-  const double* r = concentration_table::log_g + i * concentration_table::u_count + j0;
+// The table along row i, columns j0 .. j0 + 3.
+inline double concentration_row(const ConcentrationTable& log_f, int i, int j0, const double (&w)[4]) {
+  const double* r = log_f + i * concentration_table::u_count + j0;
   return w[0] * r[0] + w[1] * r[1] + w[2] * r[2] + w[3] * r[3];
 }
 
-/// G(a, n) by interpolation (the accuracy and the domain: see the top of this file).
-inline double softmax_concentration(double a, double n) {
+// f(a, n) = exp(log_f interpolated), for a factor f -> 1 as n -> inf: the
+// scheme and the continuations at the top of this file.
+inline double concentration_interpolate(const ConcentrationTable& log_f, double a, double n) {
   namespace table = concentration_table;
   constexpr double per_u = 1 / table::u_step, per_sigma = 1 / table::sigma_step;
   constexpr int u_last = table::u_count - 1, s_last = table::sigma_count - 1;
@@ -101,22 +157,32 @@ inline double softmax_concentration(double a, double n) {
   const int j0 = pu >= 1 ? (pu < u_last - 1 ? static_cast<int>(pu) - 1 : u_last - 3) : 0;
   double wu[4];
   concentration_weights(pu - j0, wu);
-  double log_g;
+  double log_value;
   if (a <= table::a_max) {
     const double ps = std::sqrt(a) * per_sigma;
     const int i0 = ps >= 1 ? (ps < s_last - 1 ? static_cast<int>(ps) - 1 : s_last - 3) : 0;
     double ws[4];
     if (ps >= 1) concentration_weights(ps - i0, ws);
     else concentration_even_weights(ps, ws);  // sigma < h: in a (no spurious O(sqrt a) term)
-    log_g = 0;
-    for (int k = 0; k < 4; ++k) log_g += ws[k] * concentration_row(i0 + k, j0, wu);
+    log_value = 0;
+    for (int k = 0; k < 4; ++k) log_value += ws[k] * concentration_row(log_f, i0 + k, j0, wu);
   } else {
     const double s1 = s_last * table::sigma_step, s0 = (s_last - 1) * table::sigma_step;
-    const double g1 = concentration_row(s_last, j0, wu), g0 = concentration_row(s_last - 1, j0, wu);
-    log_g = g1 + (g1 - g0) * (a - s1 * s1) / ((s1 - s0) * (s1 + s0));
+    const double f1 = concentration_row(log_f, s_last, j0, wu), f0 = concentration_row(log_f, s_last - 1, j0, wu);
+    log_value = f1 + (f1 - f0) * (a - s1 * s1) / ((s1 - s0) * (s1 + s0));
   }
-  if (!(n > table::n_max)) return std::exp(log_g);
-  return 1 / (1 + std::expm1(-log_g) * (table::n_max / n));
+  if (!(n > table::n_max)) return std::exp(log_value);
+  return 1 / (1 + std::expm1(-log_value) * (table::n_max / n));
+}
+
+/// G(a, n) by interpolation (the accuracy and the domain: see the top of this file).
+inline double softmax_concentration(double a, double n) {
+  return concentration_interpolate(concentration_table::log_g, a, n);
+}
+
+/// J(a, n) by interpolation of K = J / (1 - 1/n) (see the top of this file).
+inline double softmax_jacobian_concentration(double a, double n) {
+  return (1 - 1 / n) * concentration_interpolate(concentration_table::log_j, a, n);
 }
 
 /// G lane by lane for float or Eigen arrays (computed in double).
@@ -126,6 +192,29 @@ T softmax_concentration(const T& a, const T& n) {
   return math::map_lanes(a, n, [](R av, R nv) {
     return static_cast<R>(softmax_concentration(static_cast<double>(av), static_cast<double>(nv)));
   });
+}
+
+/// J lane by lane for float or Eigen arrays (computed in double).
+template <class T>
+T softmax_jacobian_concentration(const T& a, const T& n) {
+  using R = math::real_of<T>;
+  return math::map_lanes(a, n, [](R av, R nv) {
+    return static_cast<R>(softmax_jacobian_concentration(static_cast<double>(av), static_cast<double>(nv)));
+  });
+}
+
+/// The same for Eigen arguments of different types (an expression such as
+/// a + step with an array): both evaluated to a's plain array type first.
+template <class A, class N>
+auto softmax_concentration(const Eigen::ArrayBase<A>& a, const Eigen::ArrayBase<N>& n) {
+  using T = typename Eigen::ArrayBase<A>::PlainObject;
+  return softmax_concentration(T(a), T(n));
+}
+
+template <class A, class N>
+auto softmax_jacobian_concentration(const Eigen::ArrayBase<A>& a, const Eigen::ArrayBase<N>& n) {
+  using T = typename Eigen::ArrayBase<A>::PlainObject;
+  return softmax_jacobian_concentration(T(a), T(n));
 }
 
 }  // namespace sigprop::detail
