@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
   };
   const Shape shapes[] = {{128, 32, 128}, {256, 64, 512}, {512, 128, 2048}};
   const double scores[] = {0.5, 1, 2, 3, 4, 6, 8, 12};
-  const char* head = markdown ? "| d_in | d_k | L | sigma^2 | E[sum P^2] | c sigma^4 | flags | var err %% | grad var err %% |\n|---|---|---|---|---|---|---|---|---|\n"
-                              : "  d_in   d_k     L  sigma^2  E[sum P^2]  c sigma^4  flags   var err %%  grad var err %%\n";
+  const char* head = markdown ? "| d_in | d_k | L | sigma^2 | E[sum P^2] | c sigma^4 | flags | var err % | grad var err % |\n|---|---|---|---|---|---|---|---|---|\n"
+                              : "  d_in   d_k     L  sigma^2  E[sum P^2]  c sigma^4  flags   var err %  grad var err %\n";
   std::printf("%s", head);
   for (const Shape& s : shapes) {
     for (double score : scores) {

@@ -271,7 +271,10 @@ class Attention : public Component<Attention<T>, T> {
         scale * (a.weight_jacobian *
                      (a.pos_var * a.second + p_ * (a.common * a.pos_var + shared4)) / (1 - p_) +
                  (L - 1) * g.corr_len * a.weight_cross * a.pos_var * common_eff);
-    return {var_q + var_k, cov_q - var_k / (L - 1)};
+    // A negative r_g makes the coherent key term negative; the variance it
+    // belongs to cannot be (only reachable far outside the validated domain).
+    const T var_k_bounded = math::clamp_nonnegative(var_k);
+    return {var_q + var_k_bounded, cov_q - var_k_bounded / (L - 1)};
   }
 
   static GradMoments<T> checked_grad(GradMoments<T> out) {
@@ -327,22 +330,30 @@ class Attention : public Component<Attention<T>, T> {
     const T jensen_var = exp(a.score_var + kappa * a.width_term);
     require_finite_exp(jensen_var, a.score_var + kappa * a.width_term);
     const T cross = a.corr_queries * a.score_var;
-    const T jensen_cross = exp(cross + (1 + a.corr_queries * a.corr_queries) / 2 * kappa * a.width_term);
+    // Two queries: their norms fluctuate with correlation rho^2 and the keys'
+    // with both, so the curvature enters with weight rho^2 (kappa at rho = 1,
+    // where F_cov = F_var; 1 at rho = 0, where only the shared keys couple them).
+    const T rho2 = a.corr_queries * a.corr_queries;
+    const T jensen_cross = exp(cross + (1 + rho2) / 2 * (1 + rho2 * (kappa - 1)) * a.width_term);
     // Two queries: 1/H - 1 = (1/G - 1)(e^{rho sigma^2} - 1)/(e^{sigma^2} - 1),
     // the ratio of the delta method's two corrections (exact at rho = 0 and
     // rho = 1). At sigma^2 = 0, G = 1 and the share does not enter.
     const T cross_excess = expm1(cross), var_excess = expm1(a.score_var);
     const T share = math::ratio_or(cross_excess, var_excess, 1);
-    // Bounds that hold for any weights: L sum_k P_ik^2 <= L (one-hot), and
-    // sum_k P_ik P_mk <= (sum_k P_ik^2 + sum_k P_mk^2)/2. The expansions
-    // above exceed them only far outside the validated domain.
-    a.weight_sq = math::min_of(T(jensen_var * concentration), L);
-    a.weight_cross = math::min_of(T(jensen_cross / (1 + (1 / concentration - 1) * share)), a.weight_sq);
+    // Bounds that hold for any weights: 1 <= L sum_k P_ik^2 <= L (uniform,
+    // one-hot), and 0 <= sum_k P_ik P_mk <= (sum_k P_ik^2 + sum_k P_mk^2)/2.
+    // The expansions above leave them only far outside the validated domain.
+    const T one = 0 * L + 1, zero = 0 * L;
+    a.weight_sq = math::min_of(math::max_of(T(jensen_var * concentration), one), L);
+    a.weight_cross = math::min_of(
+        math::max_of(T(jensen_cross / (1 + (1 / concentration - 1) * share)), zero), a.weight_sq);
     // The softmax Jacobian's weight, exact for one query given its norm:
     // J = L^2 E[P^2 (1 - 2 P + sum P^2)] e^{-sigma^2} (tabulated like G), with
     // the same norm average. Its first-order form F_var (1 - (2 - F_var)/L),
     // used before, is 40 percent high at sigma^2 = 2.56, L = 128.
-    a.weight_jacobian = a.weight_sq * detail::softmax_jacobian_concentration(a.score_var, L) / concentration;
+    a.weight_jacobian = math::min_of(
+        math::max_of(T(a.weight_sq * detail::softmax_jacobian_concentration(a.score_var, L) / concentration), zero),
+        a.weight_sq);
     return a;
   }
 
