@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sigprop/montecarlo/models.hpp"
+#include "sigprop/montecarlo/validation.hpp"
 
 namespace mc = sigprop::montecarlo;
 

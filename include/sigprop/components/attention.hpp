@@ -248,8 +248,9 @@ class Attention : public Component<Attention<T>, T> {
   PathMoments value_path_of(const AttentionTerms<T>& a, const GradMoments<T>& g) const {
     const T& L = seq_len_;
     const T scale = d_k_ * v_var_ * g.var;
-    const T var = scale * (a.weight_sq / (L * (1 - p_)) + g.corr_len * (L - 1) / L * a.weight_cross);
-    const T cov = scale * ((1 - a.weight_sq / L) / (L - 1) + g.corr_len * (1 - a.weight_cross / L));
+    const T r_g = feasible_corr(g.corr_len);
+    const T var = scale * (a.weight_sq / (L * (1 - p_)) + r_g * (L - 1) / L * a.weight_cross);
+    const T cov = scale * ((1 - a.weight_sq / L) / (L - 1) + r_g * (1 - a.weight_cross / L));
     return {var, cov};
   }
 
@@ -266,16 +267,22 @@ class Attention : public Component<Attention<T>, T> {
     const T common_eff = a.common + (a.pos_var * a.pos_var * a.pos_var +
                                      2 * a.pos_var * a.common * a.common) * t * (2 + d_in_ / d_k_);
     const T var_q = scale * (a.weight_jacobian * a.pos_var * values + coherent);
-    const T cov_q = scale * g.corr_len * (a.weight_cross * a.pos_var * a.pos_var + coherent);
+    const T r_g = feasible_corr(g.corr_len);
+    const T cov_q = scale * r_g * (a.weight_cross * a.pos_var * a.pos_var + coherent);
     const T var_k =
         scale * (a.weight_jacobian *
                      (a.pos_var * a.second + p_ * (a.common * a.pos_var + shared4)) / (1 - p_) +
-                 (L - 1) * g.corr_len * a.weight_cross * a.pos_var * common_eff);
+                 (L - 1) * r_g * a.weight_cross * a.pos_var * common_eff);
     // A negative r_g makes the coherent key term negative; the variance it
     // belongs to cannot be (only reachable far outside the validated domain).
     const T var_k_bounded = math::clamp_nonnegative(var_k);
     return {var_q + var_k_bounded, cov_q - var_k_bounded / (L - 1)};
   }
+
+  // A correlation shared by all L positions is at least -1/(L - 1) (the
+  // compound-symmetric covariance must be positive semi-definite); a traced
+  // r_g below it is lifted to it so that variances stay non-negative.
+  T feasible_corr(const T& r) const { return math::max_of(r, T(-1 / (seq_len_ - 1))); }
 
   static GradMoments<T> checked_grad(GradMoments<T> out) {
     check_result(name, "grad_var", out.var);
