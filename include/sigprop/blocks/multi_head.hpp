@@ -19,6 +19,7 @@ template <class T, class Head>
 class MultiHead : public Component<MultiHead<T, Head>, T> {
  public:
   static constexpr const char* name = "sigprop::MultiHead";
+  static constexpr bool exact_forms = Head::exact_forms;
 
   MultiHead(Head head, T heads) : head_(std::move(head)), heads_(heads) {
     require_width(name, "heads", heads_);

@@ -20,6 +20,7 @@ template <class T, class Branch>
 class Residual : public Component<Residual<T, Branch>, T> {
  public:
   static constexpr const char* name = "sigprop::Residual";
+  static constexpr bool exact_forms = Branch::exact_forms;
 
   /// `skip_scale` is lambda and `branch_scale` is beta (both 1 for a plain residual).
   Residual(Branch branch, T skip_scale = T(1), T branch_scale = T(1))

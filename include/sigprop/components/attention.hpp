@@ -122,6 +122,7 @@ template <class T = double>
 class Attention : public Component<Attention<T>, T> {
  public:
   static constexpr const char* name = "sigprop::Attention";
+  static constexpr bool exact_forms = false;
 
   /// Widths d_in, d_k, sequence length seq_len (>= 2), the per-entry
   /// variances of Wq, Wk, Wv, the dropout probability p on the attention

@@ -59,30 +59,27 @@ template <class T>
 struct GeluZeroMean {
   /// Var[GeLU(x)] / q.
   static T var_per_q(const T& q) {
-    using std::asin;
     using std::sqrt;
     const T a = q / (1 + q);
-    return (math::pi<T>() / 2 - a + asin(a) + 2 * a / sqrt(1 + 2 * q)) / (2 * math::pi<T>());
+    return (math::pi<T>() / 2 - a + math::asin(a) + 2 * a / sqrt(1 + 2 * q)) / (2 * math::pi<T>());
   }
   /// Cov[GeLU(x1), GeLU(x2)] / q for correlation r.
   static T cov_per_q(const T& q, const T& r) {
-    using std::asin;
     using std::sqrt;
     const T a = q / (1 + q);
     const T sqrt_d = sqrt((1 - r) * q + 1) * sqrt((1 + r) * q + 1);
     const T inner = q * (1 - r) * (1 + r) + 1 + r * r;
-    return (math::pi<T>() * r + 2 * r * asin(r * a) + 2 * a * inner / sqrt_d - 2 * a) /
+    return (math::pi<T>() * r + 2 * r * math::asin(T(r * a)) + 2 * a * inner / sqrt_d - 2 * a) /
            (4 * math::pi<T>());
   }
   /// E[GeLU'(x1) GeLU'(x2)] for correlation r (r = 1: E[GeLU'(x)^2]).
   static T grad_cross(const T& q, const T& r) {
-    using std::asin;
     using std::sqrt;
     const T a = q / (1 + q);
     const T one_minus = (1 - r) * q + 1, one_plus = (1 + r) * q + 1;
     const T q1_over_d = (q + 1) / one_minus / one_plus;  // (q + 1)/D
     const T sqrt_d = sqrt(one_minus) * sqrt(one_plus);
-    return (asin(r * a) + r * a * (2 + q1_over_d) / sqrt_d) / (2 * math::pi<T>()) +
+    return (math::asin(T(r * a)) + r * a * (2 + q1_over_d) / sqrt_d) / (2 * math::pi<T>()) +
            math::real_of<T>(0.25);
   }
 };

@@ -79,13 +79,23 @@ R relu_correlation_floor() {
   return R(-0.9) * std::sqrt(R(-2) * std::log(std::numeric_limits<R>::min()));
 }
 
-/// Owen's T(h, b), lane-wise (Boost.Math, default policy: double is
-/// evaluated in long double).
+/// Owen's T(h, b), lane-wise. At h = 0 (every zero-mean input, the case of
+/// the transformer stacks) T(0, b) = atan(b)/(2 pi) (Owen 1956, eq. 2.3),
+/// vectorized for batches (math::atan); other h by Boost.Math (default
+/// policy: double is evaluated in long double).
 template <class T>
 T owens_t(const T& h, const T& b) {
-  return math::map_lanes(h, b, [](math::real_of<T> x, math::real_of<T> y) {
-    return boost::math::owens_t(x, y);
-  });
+  using R = math::real_of<T>;
+  const auto general = [](R x, R y) { return static_cast<R>(boost::math::owens_t(x, y)); };
+  const R two_pi = 2 * math::pi<T>();
+  if constexpr (is_scalar_v<T>) {
+    return h == 0 ? math::atan(b) / two_pi : general(h, b);
+  } else {
+    T out = math::atan(b) / two_pi;
+    for (Eigen::Index i = 0; i < h.size(); ++i)
+      if (h(i) != 0) out(i) = general(h(i), b(i));
+    return out;
+  }
 }
 
 /// Owen's T(a, b) with b = sqrt((1 - r)/(1 + r)), and the orthant probability

@@ -53,6 +53,11 @@ class Component {
     return self().domain_impl(in);
   }
 
+  /// Whether every closed form of the component is exact (its domain() is
+  /// identically 0, so combinators need not evaluate it). Components with
+  /// approximations (Attention) set it to false.
+  static constexpr bool exact_forms = true;
+
   /// Extra input preconditions of a component (none by default).
   void require_input(const Moments<T>&) const {}
 

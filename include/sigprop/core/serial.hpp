@@ -21,6 +21,7 @@ class Serial : public Component<Serial<T, Parts...>, T> {
  public:
   static constexpr const char* name = "sigprop::Serial";
   static constexpr std::size_t size = sizeof...(Parts);
+  static constexpr bool exact_forms = (Parts::exact_forms && ...);
 
   explicit Serial(Parts... parts) : parts_(std::move(parts)...) {}
 
@@ -47,6 +48,7 @@ class Serial : public Component<Serial<T, Parts...>, T> {
 
   /// The worst validity measures over the parts, each at its own input.
   Domain<T> domain_impl(const Moments<T>& in) const {
+    if constexpr (exact_forms) return Domain<T>::zero_like(in.var);  // no forward pass needed
     const auto states = forward_all(in);
     return domain_from<0>(states, Domain<T>::zero_like(in.var));
   }

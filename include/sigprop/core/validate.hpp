@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "sigprop/core/errors.hpp"
 #include "sigprop/core/lanes.hpp"
@@ -16,12 +17,20 @@ namespace sigprop {
 
 namespace detail {
 
-template <class T, class Pred>
+// The valid range as text: a string literal, or a callable that builds it
+// (only called when a check fails, so a passing check allocates nothing).
+template <class Range>
+std::string range_text(const Range& range) {
+  if constexpr (std::is_invocable_v<const Range&>) return range();
+  else return std::string(range);
+}
+
+template <class T, class Pred, class Range>
 void require(const char* function, const char* parameter, const T& value, Pred ok,
-             const std::string& range) {
+             const Range& range) {
   for (std::size_t i = 0; i < lane_count(value); ++i) {
     const double v = static_cast<double>(lane(value, i));
-    if (!ok(v)) raise_domain(function, parameter, v, range);
+    if (!ok(v)) raise_domain(function, parameter, v, range_text(range));
   }
 }
 
@@ -67,7 +76,7 @@ template <class T>
 void require_width(const char* function, const char* parameter, const T& x, double min = 1) {
   detail::require(function, parameter, x,
                   [min](double v) { return std::isfinite(v) && v >= min; },
-                  "[" + detail::format_number(min) + ", inf)");
+                  [min] { return "[" + detail::format_number(min) + ", inf)"; });
 }
 
 /// Forward moments entering `function`.

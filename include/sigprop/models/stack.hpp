@@ -10,7 +10,10 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
+
+#include <Eigen/Core>
 
 #include "sigprop/blocks/attention_block.hpp"
 #include "sigprop/blocks/ffn_block.hpp"
@@ -21,92 +24,158 @@
 namespace sigprop {
 
 /// One boundary of the residual stream: its forward moments and the moments
-/// of the gradient of the loss with respect to it.
-struct TraceRow {
+/// of the gradient of the loss with respect to it. T = double for one
+/// configuration, an Eigen array for a batch (one lane per configuration).
+template <class T>
+struct BasicTraceRow {
   std::size_t layer = 0;
-  Moments<double> forward;
-  GradMoments<double> backward;
+  Moments<T> forward;
+  GradMoments<T> backward;
   /// Validity measures of the closed forms that produced this row (the
   /// worst over the layer's sublayers; core/domain.hpp). 0 for the input row.
-  Domain<double> domain;
-  /// The flags of `domain` with the default limits.
+  Domain<T> domain;
+  /// The flags of `domain` with the default limits (scalar rows).
   Caveat caveats() const { return sigprop::caveats(domain); }
 };
 
 /// Per-layer record: rows[n] for n = 0..N (n = 0 the model input, n the
 /// output of layer n); mid[n - 1] after layer n's attention sublayer; output
 /// is what the model emits (after the final LayerNorm when there is one).
-struct Trace {
-  std::vector<TraceRow> rows;
-  std::vector<TraceRow> mid;
-  TraceRow output;
+template <class T>
+struct BasicTrace {
+  std::vector<BasicTraceRow<T>> rows;
+  std::vector<BasicTraceRow<T>> mid;
+  BasicTraceRow<T> output;
+};
+
+using TraceRow = BasicTraceRow<double>;
+using Trace = BasicTrace<double>;
+
+/// The lane type of batched evaluation: one configuration per entry.
+using Batch = Eigen::ArrayXd;
+using BatchTrace = BasicTrace<Batch>;
+
+/// What every lane of a stack shares (its structure) and the sizes that may
+/// differ from lane to lane.
+template <class T>
+struct StackShape {
+  Arch arch = Arch::pre_ln;
+  FfnActivation activation = FfnActivation::relu;
+  bool final_layernorm = false;
+  AttentionGradient attention_gradient = AttentionGradient::all_paths;
+  std::size_t layers = 0;
+  T d, heads, ffn_mult, seq_len, dropout;
+};
+
+/// The weights of one layer for every lane of a batch (LayerWeights, lane-wise).
+template <class T>
+struct BatchLayerWeights {
+  T q, k, v, o, ffn1, ffn2, skip_scale, branch_scale;
 };
 
 namespace detail {
 
-// A sublayer around `block`, placed according to the architecture.
-template <class Block, class Apply>
-auto with_sublayer(const ModelConfig& c, const LayerWeights& w, Block block, Apply apply) {
-  const double d = static_cast<double>(c.d);
-  if (c.arch == Arch::pre_ln)
-    return apply(residual(serial(LayerNorm<double>(d), std::move(block)), w.skip_scale, w.branch_scale));
-  return apply(serial(residual(std::move(block), w.skip_scale, w.branch_scale), LayerNorm<double>(d)));
+inline StackShape<double> shape_of(const ModelConfig& c) {
+  StackShape<double> s;
+  s.arch = c.arch;
+  s.activation = c.activation;
+  s.final_layernorm = c.final_layernorm;
+  s.attention_gradient = c.attention_gradient;
+  s.layers = c.layers;
+  s.d = static_cast<double>(c.d);
+  s.heads = static_cast<double>(c.heads);
+  s.ffn_mult = static_cast<double>(c.ffn_mult);
+  s.seq_len = static_cast<double>(c.seq_len);
+  s.dropout = c.dropout;
+  return s;
 }
 
+// A sublayer around `block`, placed according to the architecture. W is
+// LayerWeights (scalar) or BatchLayerWeights<T>.
+template <class T, class W, class Block, class Apply>
+auto with_sublayer(const StackShape<T>& s, const W& w, Block block, Apply apply) {
+  if (s.arch == Arch::pre_ln)
+    return apply(residual(serial(LayerNorm<T>(s.d), std::move(block)), T(w.skip_scale), T(w.branch_scale)));
+  return apply(serial(residual(std::move(block), T(w.skip_scale), T(w.branch_scale)), LayerNorm<T>(s.d)));
+}
+
+template <class T, class W>
+auto make_attention_block(const StackShape<T>& s, const W& w) {
+  return attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
+                            s.attention_gradient);
+}
+
+template <class Activation, class T, class W>
+auto make_ffn_block(const StackShape<T>& s, const W& w) {
+  return ffn_block<Activation>(s.d, s.ffn_mult, T(w.ffn1), T(w.ffn2), s.dropout);
+}
+
+// The scalar forms used by the schemes (one configuration).
 inline auto make_attention_block(const ModelConfig& c, const LayerWeights& w) {
-  return attention_block<double>(static_cast<double>(c.d), static_cast<double>(c.heads),
-                                 static_cast<double>(c.seq_len), {w.q, w.k, w.v, w.o}, c.dropout,
-                                 c.attention_gradient);
+  return make_attention_block(shape_of(c), w);
 }
 
 template <class Activation>
 auto make_ffn_block(const ModelConfig& c, const LayerWeights& w) {
-  return ffn_block<Activation>(static_cast<double>(c.d), static_cast<double>(c.ffn_mult), w.ffn1,
-                               w.ffn2, c.dropout);
+  return make_ffn_block<Activation>(shape_of(c), w);
 }
 
-template <class Activation>
-Trace trace_with(const ModelConfig& c, const ModelWeights& weights, const GradMoments<double>& top) {
-  const std::size_t N = c.layers;
-  Trace t;
+template <class Block, class Apply>
+auto with_sublayer(const ModelConfig& c, const LayerWeights& w, Block block, Apply apply) {
+  return with_sublayer(shape_of(c), w, std::move(block), std::move(apply));
+}
+
+template <class Activation, class T, class W>
+BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, const Moments<T>& input,
+                         const GradMoments<T>& top) {
+  const std::size_t N = s.layers;
+  BasicTrace<T> t;
   t.rows.resize(N + 1);
   t.mid.resize(N);
-  t.rows[0].forward = weights.input;
+  t.rows[0].forward = input;
+  t.rows[0].domain = Domain<T>::zero_like(input.var);
   for (std::size_t n = 0; n < N; ++n) {
-    const LayerWeights& w = weights.layers[n];
-    const auto fwd = [](const Moments<double>& x) {
+    const W& w = layers[n];
+    const auto fwd = [](const Moments<T>& x) {
       return [&x](const auto& sub) { return sub.forward(x); };
     };
-    const auto domain = [](const Moments<double>& x) {
+    const auto domain = [](const Moments<T>& x) {
       return [&x](const auto& sub) { return sub.domain(x); };
     };
     t.mid[n].layer = n + 1;
-    t.mid[n].forward = with_sublayer(c, w, make_attention_block(c, w), fwd(t.rows[n].forward));
-    t.mid[n].domain = with_sublayer(c, w, make_attention_block(c, w), domain(t.rows[n].forward));
+    t.mid[n].forward = with_sublayer(s, w, make_attention_block(s, w), fwd(t.rows[n].forward));
+    t.mid[n].domain = with_sublayer(s, w, make_attention_block(s, w), domain(t.rows[n].forward));
     t.rows[n + 1].layer = n + 1;
-    t.rows[n + 1].forward = with_sublayer(c, w, make_ffn_block<Activation>(c, w), fwd(t.mid[n].forward));
+    t.rows[n + 1].forward = with_sublayer(s, w, make_ffn_block<Activation>(s, w), fwd(t.mid[n].forward));
     t.rows[n + 1].domain = t.mid[n].domain.worst(
-        with_sublayer(c, w, make_ffn_block<Activation>(c, w), domain(t.mid[n].forward)));
+        with_sublayer(s, w, make_ffn_block<Activation>(s, w), domain(t.mid[n].forward)));
   }
   t.output = t.rows[N];
   t.rows[N].backward = top;
-  if (c.arch == Arch::pre_ln && c.final_layernorm) {
-    const LayerNorm<double> final_norm(static_cast<double>(c.d));
+  if (s.arch == Arch::pre_ln && s.final_layernorm) {
+    const LayerNorm<T> final_norm(s.d);
     t.output.forward = final_norm.forward(t.rows[N].forward);
     t.rows[N].backward = final_norm.backward(t.rows[N].forward, top);
   }
   t.output.backward = top;
   for (std::size_t n = N; n-- > 0;) {
-    const LayerWeights& w = weights.layers[n];
-    const auto bwd = [](const Moments<double>& x, const GradMoments<double>& g) {
+    const W& w = layers[n];
+    const auto bwd = [](const Moments<T>& x, const GradMoments<T>& g) {
       return [&x, &g](const auto& sub) { return sub.backward(x, g); };
     };
-    t.mid[n].backward = with_sublayer(c, w, make_ffn_block<Activation>(c, w),
+    t.mid[n].backward = with_sublayer(s, w, make_ffn_block<Activation>(s, w),
                                       bwd(t.mid[n].forward, t.rows[n + 1].backward));
-    t.rows[n].backward = with_sublayer(c, w, make_attention_block(c, w),
+    t.rows[n].backward = with_sublayer(s, w, make_attention_block(s, w),
                                        bwd(t.rows[n].forward, t.mid[n].backward));
   }
   return t;
+}
+
+template <class T, class W>
+BasicTrace<T> trace_dispatch(const StackShape<T>& s, const std::vector<W>& layers,
+                             const Moments<T>& input, const GradMoments<T>& top) {
+  return s.activation == FfnActivation::relu ? trace_with<Relu<T>>(s, layers, input, top)
+                                             : trace_with<Gelu<T>>(s, layers, input, top);
 }
 
 }  // namespace detail
@@ -142,9 +211,93 @@ inline Trace trace(const ModelConfig& config, const ModelWeights& weights,
     throw domain_error(std::string(fn) + ": weights.layers.size() = " +
                        std::to_string(weights.layers.size()) +
                        " is outside the valid range {layers = " + std::to_string(config.layers) + "}");
-  return config.activation == FfnActivation::relu
-             ? detail::trace_with<Relu<double>>(config, weights, grad_top)
-             : detail::trace_with<Gelu<double>>(config, weights, grad_top);
+  return detail::trace_dispatch(detail::shape_of(config), weights.layers, weights.input, grad_top);
+}
+
+/// The traces of many configurations at once, one lane per configuration,
+/// through the same templated code as trace() (lane i equals
+/// trace(configs[i], weights[i], grad_top) up to rounding). The lanes must
+/// share the structure: arch, activation, layers, final_layernorm and
+/// attention_gradient; widths, lengths, dropout and weights may differ.
+inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
+                              const std::vector<ModelWeights>& weights,
+                              const GradMoments<double>& grad_top = {1, 0}) {
+  constexpr const char* fn = "sigprop::trace_batch";
+  const auto fail = [&](const std::string& what) { throw domain_error(std::string(fn) + ": " + what); };
+  if (configs.empty()) fail("configs.size() = 0 is outside the valid range [1, inf)");
+  if (weights.size() != configs.size())
+    fail("weights.size() = " + std::to_string(weights.size()) + " is outside the valid range {configs.size() = " +
+         std::to_string(configs.size()) + "}");
+  require_grad_moments(fn, grad_top);
+  const ModelConfig& first = configs.front();
+  const Eigen::Index n = static_cast<Eigen::Index>(configs.size());
+  StackShape<Batch> s;
+  s.arch = first.arch;
+  s.activation = first.activation;
+  s.final_layernorm = first.final_layernorm;
+  s.attention_gradient = first.attention_gradient;
+  s.layers = first.layers;
+  s.d = s.heads = s.ffn_mult = s.seq_len = s.dropout = Batch(n);
+  Moments<Batch> input{Batch(n), Batch(n), Batch(n), Batch(n)};
+  std::vector<BatchLayerWeights<Batch>> layers(first.layers);
+  for (auto& l : layers)
+    l.q = l.k = l.v = l.o = l.ffn1 = l.ffn2 = l.skip_scale = l.branch_scale = Batch(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const ModelConfig& c = configs[static_cast<std::size_t>(i)];
+    const ModelWeights& w = weights[static_cast<std::size_t>(i)];
+    c.validate(fn);
+    require_moments(fn, w.input);
+    const std::string lane = "configs[" + std::to_string(i) + "].";
+    if (c.arch != first.arch || c.activation != first.activation || c.layers != first.layers ||
+        c.final_layernorm != first.final_layernorm || c.attention_gradient != first.attention_gradient)
+      fail(lane + "arch, activation, layers, final_layernorm or attention_gradient differs from "
+                  "configs[0]'s: a batch shares its structure");
+    if (w.layers.size() != c.layers)
+      fail("weights[" + std::to_string(i) + "].layers.size() = " + std::to_string(w.layers.size()) +
+           " is outside the valid range {layers = " + std::to_string(c.layers) + "}");
+    const StackShape<double> one = detail::shape_of(c);
+    s.d(i) = one.d;
+    s.heads(i) = one.heads;
+    s.ffn_mult(i) = one.ffn_mult;
+    s.seq_len(i) = one.seq_len;
+    s.dropout(i) = one.dropout;
+    input.mean(i) = w.input.mean;
+    input.var(i) = w.input.var;
+    input.corr_len(i) = w.input.corr_len;
+    input.corr_dim(i) = w.input.corr_dim;
+    for (std::size_t k = 0; k < c.layers; ++k) {
+      const LayerWeights& a = w.layers[k];
+      BatchLayerWeights<Batch>& b = layers[k];
+      b.q(i) = a.q;
+      b.k(i) = a.k;
+      b.v(i) = a.v;
+      b.o(i) = a.o;
+      b.ffn1(i) = a.ffn1;
+      b.ffn2(i) = a.ffn2;
+      b.skip_scale(i) = a.skip_scale;
+      b.branch_scale(i) = a.branch_scale;
+    }
+  }
+  const GradMoments<Batch> top{Batch::Constant(n, grad_top.var), Batch::Constant(n, grad_top.corr_len)};
+  return detail::trace_dispatch(s, layers, input, top);
+}
+
+/// Lane i of a batched trace as the trace of one configuration.
+inline Trace lane_of(const BatchTrace& b, std::size_t i) {
+  const auto row = [i](const BasicTraceRow<Batch>& r) {
+    TraceRow o;
+    o.layer = r.layer;
+    o.forward = {lane(r.forward.mean, i), lane(r.forward.var, i), lane(r.forward.corr_len, i),
+                 lane(r.forward.corr_dim, i)};
+    o.backward = {lane(r.backward.var, i), lane(r.backward.corr_len, i)};
+    o.domain = lane_of(r.domain, i);
+    return o;
+  };
+  Trace t;
+  for (const auto& r : b.rows) t.rows.push_back(row(r));
+  for (const auto& r : b.mid) t.mid.push_back(row(r));
+  t.output = row(b.output);
+  return t;
 }
 
 }  // namespace sigprop
