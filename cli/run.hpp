@@ -14,6 +14,7 @@
 #include "args.hpp"
 #include "component_command.hpp"
 #include "model_command.hpp"
+#include "sweep_command.hpp"
 #include "sigprop/core/errors.hpp"
 
 namespace sigprop::cli {
@@ -29,6 +30,7 @@ inline void usage(std::ostream& out) {
          "  component NAME   forward and backward moments of one component\n"
          "  table            per-layer variance and correlation table of a whole model\n"
          "  init             per-layer weight standard deviations of an initialization\n"
+         "  sweep            summary figures for every configuration of a design grid\n"
          "\n"
          "Run 'sigprop <command> --help' for the options of a command.\n";
 }
@@ -86,6 +88,12 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
         return 0;
       }
       status = args[0] == "table" ? table_command(rest, buffer, warnings) : init_command(rest, buffer, warnings);
+    } else if (args[0] == "sweep") {
+      if (wants_help(rest)) {
+        sweep_usage(out);
+        return 0;
+      }
+      status = sweep_command(rest, buffer, warnings);
     } else {
       throw usage_error("unknown command '" + args[0] + "' (see sigprop --help)");
     }

@@ -27,3 +27,4 @@
 #include "sigprop/models/config.hpp"
 #include "sigprop/models/schemes.hpp"
 #include "sigprop/models/stack.hpp"
+#include "sigprop/models/sweep.hpp"

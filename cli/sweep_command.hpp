@@ -1,0 +1,191 @@
+// cli/sweep_command.hpp -- `sigprop sweep`: a grid of model configurations,
+// one summary line each (models/sweep.hpp), evaluated through the batched trace.
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "output.hpp"
+#include "sigprop/models/sweep.hpp"
+
+namespace sigprop::cli {
+
+inline void sweep_usage(std::ostream& out) {
+  out << "usage: sigprop sweep [grid flags] [--bounds LO,HI] [--format csv|json]\n\n"
+         "Evaluates every combination of the listed values and prints, per configuration,\n"
+         "the final forward variance and length correlation, the smallest and largest\n"
+         "forward variance over the layer outputs, the smallest and largest gradient\n"
+         "variance over the layers relative to the one at the model output and their\n"
+         "ratio, whether all of them stay within the bounds, and whether any layer is\n"
+         "outside the validated domain of the closed forms.\n\n"
+         "Each grid flag takes a comma-separated list, and numeric ones also a range\n"
+         "START:STOP:STEP (inclusive), e.g. --layers 24:192:24:\n"
+         "  --arch pre-ln,post-ln (pre-ln)     --scheme xavier,bert,dslm,dslm-simple (dslm)\n"
+         "  --layers N,... (48)  --d D,... (512)  --dropout P,... (0.1)\n"
+         "  --beta2-k K,... (2)  --beta2-alpha A,... (1)   residual scaling beta^2 = K/N^A\n"
+         "                       (dslm schemes always; other schemes only when given)\n"
+         "fixed for the whole grid:\n"
+         "  --head-dim K (64, heads = d/K)  --ffn-mult M (4)  --activation relu|gelu (relu)\n"
+         "  --seq L (256)  --bounds LO,HI (0.5,2)\n";
+}
+
+namespace detail {
+
+// "a,b,c" or "start:stop:step" (inclusive) as numbers.
+inline std::vector<double> number_list(const Args& a, const std::string& flag, const std::string& fallback) {
+  const std::string text = a.text(flag, fallback);
+  std::vector<double> out;
+  const auto parse = [&](const std::string& s) {
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v))
+      throw usage_error("--" + flag + " = '" + text + "': '" + s + "' is not a number");
+    return v;
+  };
+  if (text.find(':') != std::string::npos) {
+    std::vector<double> parts;
+    std::stringstream list(text);
+    for (std::string s; std::getline(list, s, ':');) parts.push_back(parse(s));
+    if (parts.size() != 3 || !(parts[2] > 0) || parts[1] < parts[0])
+      throw usage_error("--" + flag + " = '" + text + "' is not a range START:STOP:STEP with STEP > 0, STOP >= START");
+    const double count = std::floor((parts[1] - parts[0]) / parts[2] * (1 + 1e-12)) + 1;
+    if (count > 100000) throw usage_error("--" + flag + " = '" + text + "' has more than 100000 values");
+    for (double k = 0; k < count; ++k) out.push_back(parts[0] + k * parts[2]);
+    return out;
+  }
+  std::stringstream list(text);
+  for (std::string s; std::getline(list, s, ',');) out.push_back(parse(s));
+  if (out.empty()) throw usage_error("--" + flag + " = '" + text + "' lists no value");
+  return out;
+}
+
+inline std::vector<std::size_t> count_list(const Args& a, const std::string& flag, const std::string& fallback) {
+  std::vector<std::size_t> out;
+  for (double v : number_list(a, flag, fallback)) {
+    if (!(v >= 1 && v <= 1e9 && std::floor(v) == v))
+      throw usage_error("--" + flag + " = " + exact(v) + " is outside the valid range: a whole number >= 1");
+    out.push_back(static_cast<std::size_t>(v));
+  }
+  return out;
+}
+
+inline std::vector<std::string> word_list(const Args& a, const std::string& flag, const std::string& fallback,
+                                          const std::vector<std::string>& options) {
+  std::vector<std::string> out;
+  std::stringstream list(a.text(flag, fallback));
+  for (std::string s; std::getline(list, s, ',');) {
+    bool known = false;
+    for (const auto& o : options) known = known || o == s;
+    if (!known) {
+      std::string all;
+      for (const auto& o : options) all += (all.empty() ? "" : "|") + o;
+      throw usage_error("--" + flag + " = '" + a.text(flag, fallback) + "': '" + s + "' is not one of " + all);
+    }
+    out.push_back(s);
+  }
+  if (out.empty()) throw usage_error("--" + flag + " lists no value");
+  return out;
+}
+
+inline Scheme scheme_of(const std::string& s) {
+  return s == "xavier" ? Scheme::xavier : s == "bert" ? Scheme::bert : s == "dslm" ? Scheme::dslm : Scheme::dslm_simple;
+}
+
+}  // namespace detail
+
+inline int sweep_command(const std::vector<std::string>& words, std::ostream& out, std::ostream&) {
+  const Args a(words, {"arch", "scheme", "layers", "d", "dropout", "beta2-k", "beta2-alpha", "head-dim", "ffn-mult",
+                       "activation", "seq", "bounds", "format"});
+  if (!a.positional().empty()) throw usage_error("sweep: unexpected argument '" + a.positional()[0] + "'");
+  const auto archs = detail::word_list(a, "arch", "pre-ln", {"pre-ln", "post-ln"});
+  const auto schemes = detail::word_list(a, "scheme", "dslm", {"xavier", "bert", "dslm", "dslm-simple"});
+  const auto layers = detail::count_list(a, "layers", "48");
+  const auto widths = detail::count_list(a, "d", "512");
+  const auto dropouts = detail::number_list(a, "dropout", "0.1");
+  const auto ks = detail::number_list(a, "beta2-k", "2");
+  const auto alphas = detail::number_list(a, "beta2-alpha", "1");
+  const bool scaling_given = a.has("beta2-k") || a.has("beta2-alpha");
+  const double head_dim = a.count("head-dim", 64);
+  const double ffn_mult = a.count("ffn-mult", 4);
+  const double seq = a.count("seq", 256);
+  if (seq < 2) throw usage_error("--seq = 1 is outside the valid range: a whole number >= 2");
+  const bool relu = a.choice("activation", {"relu", "gelu"}, "relu") == "relu";
+  const auto bounds_list = detail::number_list(a, "bounds", "0.5,2");
+  if (bounds_list.size() != 2 || !(bounds_list[0] <= bounds_list[1]))
+    throw usage_error("--bounds = '" + a.text("bounds", "") + "' is not LO,HI with LO <= HI");
+  const SweepBounds bounds{bounds_list[0], bounds_list[1]};
+  const std::string format = a.choice("format", {"csv", "json"}, "csv");
+  for (double p : dropouts) require_probability("sigprop", "--dropout", p);
+  for (double k : ks) require_positive("sigprop", "--beta2-k", k);
+
+  std::vector<SweepPoint> points;
+  for (const auto& arch : archs)
+    for (const auto& scheme : schemes)
+      for (std::size_t n : layers)
+        for (std::size_t d : widths)
+          for (double p : dropouts)
+            for (double k : ks)
+              for (double alpha : alphas) {
+                SweepPoint pt;
+                ModelConfig& c = pt.config;
+                c.arch = arch == "pre-ln" ? Arch::pre_ln : Arch::post_ln;
+                c.activation = relu ? FfnActivation::relu : FfnActivation::gelu;
+                c.layers = n;
+                c.d = d;
+                if (d < 4 || d % static_cast<std::size_t>(head_dim) != 0)
+                  throw usage_error("--d = " + std::to_string(d) + " is outside the valid range: a multiple of --head-dim = " +
+                                    exact(head_dim) + ", at least 4");
+                c.heads = d / static_cast<std::size_t>(head_dim);
+                c.ffn_mult = static_cast<std::size_t>(ffn_mult);
+                c.seq_len = static_cast<std::size_t>(seq);
+                c.dropout = p;
+                pt.scheme = detail::scheme_of(scheme);
+                pt.scaling = {k, alpha, scaling_given};
+                points.push_back(pt);
+              }
+  if (points.size() > 1000000) throw usage_error("the grid has " + std::to_string(points.size()) + " points (at most 1000000)");
+  const std::vector<SweepSummary> results = sweep(points, bounds);
+
+  const char* columns[] = {"arch", "scheme", "layers", "d", "heads", "dropout", "beta2_k", "beta2_alpha",
+                           "final_var", "final_corr_len", "var_min", "var_max", "grad_min", "grad_max",
+                           "grad_ratio", "within_bounds", "outside_domain"};
+  const bool csv = format == "csv";
+  if (csv) {
+    for (std::size_t i = 0; i < std::size(columns); ++i) out << (i ? "," : "") << columns[i];
+    out << "\n";
+  } else {
+    out << "[";
+  }
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const SweepPoint& pt = points[i];
+    const SweepSummary& s = results[i];
+    const bool scaled = pt.scaling.enabled || pt.scheme == Scheme::dslm || pt.scheme == Scheme::dslm_simple;
+    const auto flag = [csv](bool b) { return std::string(csv ? (b ? "1" : "0") : (b ? "true" : "false")); };
+    const auto text = [csv](const std::string& w) { return csv ? w : quoted(w); };
+    const std::vector<std::string> v = {
+        text(pt.config.arch == Arch::pre_ln ? "pre-ln" : "post-ln"), text(to_string(pt.scheme)),
+        std::to_string(pt.config.layers), std::to_string(pt.config.d), std::to_string(pt.config.heads),
+        exact(pt.config.dropout), scaled ? exact(pt.scaling.k) : (csv ? "" : "null"),
+        scaled ? exact(pt.scaling.alpha) : (csv ? "" : "null"), exact(s.final_var), exact(s.final_corr_len),
+        exact(s.var_min), exact(s.var_max), exact(s.grad_min), exact(s.grad_max), exact(s.grad_ratio),
+        flag(s.within_bounds), flag(s.outside_domain)};
+    if (csv) {
+      for (std::size_t j = 0; j < v.size(); ++j) out << (j ? "," : "") << v[j];
+      out << "\n";
+    } else {
+      out << (i ? ",\n " : "") << "{";
+      for (std::size_t j = 0; j < v.size(); ++j) out << (j ? ", " : "") << quoted(columns[j]) << ": " << v[j];
+      out << "}";
+    }
+  }
+  if (!csv) out << "]\n";
+  return 0;
+}
+
+}  // namespace sigprop::cli

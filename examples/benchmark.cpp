@@ -1,0 +1,220 @@
+// benchmark -- how fast the closed forms are, and what they replace.
+//
+//   benchmark [--format text|json] [--lanes B] [--layers N] [--d D] [--heads H]
+//             [--seq L] [--skip-montecarlo] [--repeats R]
+//
+// On one core (the process runs one thread), for one model shape (default:
+// Pre-LN, ReLU, DeepScaleLM-simple weights, d = 256, H = 4, L = 128, dropout
+// 0.1, N = 192 layers):
+//   scalar_layer_updates_per_s   one layer's full moment update -- the
+//       forward and backward maps of the attention sublayer (LayerNorm,
+//       attention block, residual) and of the FFN sublayer (LayerNorm, FFN
+//       block, residual) -- for one configuration, T = double;
+//   batched_layer_updates_per_s  the same update for B configurations at once
+//       (T = Eigen::ArrayXd, one lane per configuration, each lane a
+//       different d, L, p and weight scale), counted per lane;
+//   stack192_trace_us            sigprop::trace of the whole N-layer model
+//       (forward, backward and the domain-of-validity measures of every layer);
+//   montecarlo192_ms             one forward and backward pass of the same
+//       model with random weights (montecarlo::simulate_model; two trials,
+//       the minimum it runs, divided by two): the profiling run the trace replaces.
+// Each time is the median of R repeats (default 7) of a loop long enough to
+// take at least 50 ms. docs/performance.md records the numbers and what bounds them.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "sigprop/models/schemes.hpp"
+#include "sigprop/montecarlo/models.hpp"
+
+namespace {
+
+using namespace sigprop;
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "benchmark: error: %s\n", message.c_str());
+  std::exit(2);
+}
+
+std::size_t parse_count(const std::string& flag, const std::string& value) {
+  char* end = nullptr;
+  const long long x = std::strtoll(value.c_str(), &end, 10);
+  if (end == value.c_str() || *end != '\0' || x < 1 || x > 100000000)
+    usage_error(flag + " = " + value + " is outside the valid range {1, 2, ..., 1e8}");
+  return static_cast<std::size_t>(x);
+}
+
+// Seconds per call of f: the median over `repeats` of loops of at least 50 ms.
+template <class F>
+double seconds_per_call(F f, std::size_t repeats) {
+  std::size_t calls = 1;
+  for (;;) {  // calibrate the loop length
+    const auto t0 = Clock::now();
+    for (std::size_t i = 0; i < calls; ++i) f();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (s >= 0.05) break;
+    calls *= s < 0.005 ? 10 : 2;
+  }
+  std::vector<double> per_call;
+  for (std::size_t r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    for (std::size_t i = 0; i < calls; ++i) f();
+    per_call.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(calls));
+  }
+  std::nth_element(per_call.begin(), per_call.begin() + static_cast<long>(repeats / 2), per_call.end());
+  return per_call[repeats / 2];
+}
+
+// One layer's moment update (forward and backward of both sublayers) for the
+// shape s and weights w: the body of the stack trace, without its bookkeeping.
+template <class T, class W>
+struct LayerUpdate {
+  StackShape<T> shape;
+  W weights;
+  Moments<T> input;
+  GradMoments<T> grad_top;
+
+  T operator()() const {
+    // Pre-LN sublayers, as detail::with_sublayer builds them for the trace.
+    const T skip = weights.skip_scale, branch = weights.branch_scale;
+    const auto attention =
+        residual(serial(LayerNorm<T>(shape.d), detail::make_attention_block(shape, weights)), skip, branch);
+    const auto ffn = residual(serial(LayerNorm<T>(shape.d), detail::make_ffn_block<Relu<T>>(shape, weights)), skip, branch);
+    const Moments<T> mid = attention.forward(input);
+    const Moments<T> out = ffn.forward(mid);
+    const GradMoments<T> g_mid = ffn.backward(mid, grad_top);
+    const GradMoments<T> g_in = attention.backward(input, g_mid);
+    return T(out.var + g_in.var);
+  }
+};
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+const char* simd_level() {
+#if defined(__AVX512F__)
+  return "AVX-512";
+#elif defined(__AVX2__)
+  return "AVX2";
+#elif defined(__AVX__)
+  return "AVX";
+#elif defined(__SSE2__)
+  return "SSE2";
+#else
+  return "none";
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string format = "text";
+  std::size_t lanes = 256, repeats = 7;
+  bool montecarlo = true;
+  ModelConfig c;
+  c.layers = 192;
+  c.d = 256;
+  c.heads = 4;
+  c.seq_len = 128;
+  c.dropout = 0.1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--skip-montecarlo") {
+      montecarlo = false;
+      continue;
+    }
+    if (i + 1 >= argc) usage_error(flag + " needs a value (or is unknown)");
+    const std::string value = argv[++i];
+    if (flag == "--format") {
+      if (value != "text" && value != "json") usage_error("--format = " + value + " is outside the valid range {text, json}");
+      format = value;
+    } else if (flag == "--lanes") lanes = parse_count(flag, value);
+    else if (flag == "--layers") c.layers = parse_count(flag, value);
+    else if (flag == "--d") c.d = parse_count(flag, value);
+    else if (flag == "--heads") c.heads = parse_count(flag, value);
+    else if (flag == "--seq") c.seq_len = parse_count(flag, value);
+    else if (flag == "--repeats") repeats = parse_count(flag, value);
+    else usage_error("unknown flag " + flag);
+  }
+  try {
+    const ModelWeights weights = initialize(c, Scheme::dslm_simple);
+    const LayerWeights& w = weights.layers.front();
+    const Moments<double> x = weights.input;
+    const GradMoments<double> top{1, 0.2};
+
+    // Scalar.
+    const LayerUpdate<double, LayerWeights> scalar{detail::shape_of(c), w, x, top};
+    volatile double sink = 0;
+    const double scalar_s = seconds_per_call([&] { sink = sink + scalar(); }, repeats);
+
+    // Batched: lane i a different width, length, dropout and weight scale.
+    const auto n = static_cast<Eigen::Index>(lanes);
+    const Batch lane = Batch::LinSpaced(n, 0, 1);
+    StackShape<Batch> s;
+    s.arch = c.arch;
+    s.d = (c.d * (1 + (lane * 4).floor())).eval();
+    s.heads = Batch::Constant(n, static_cast<double>(c.heads));
+    s.ffn_mult = Batch::Constant(n, static_cast<double>(c.ffn_mult));
+    s.seq_len = (c.seq_len * (1 + (lane * 8).floor())).eval();
+    s.dropout = (0.3 * lane).eval();
+    const Batch scale = 0.5 + lane;
+    BatchLayerWeights<Batch> bw{scale * w.q, scale * w.k, scale * w.v, scale * w.o, scale * w.ffn1, scale * w.ffn2,
+                                Batch::Constant(n, w.skip_scale), Batch::Constant(n, w.branch_scale)};
+    const Moments<Batch> bx{Batch::Constant(n, x.mean), Batch::Constant(n, x.var), (0.9 * lane).eval(),
+                            Batch::Zero(n)};
+    const GradMoments<Batch> btop{Batch::Ones(n), Batch::Constant(n, top.corr_len)};
+    const LayerUpdate<Batch, BatchLayerWeights<Batch>> batched{s, bw, bx, btop};
+    const double batched_s = seconds_per_call([&] { sink = sink + batched()(0); }, repeats);
+
+    // The whole-stack trace.
+    const double trace_s = seconds_per_call([&] { sink = sink + trace(c, weights).output.forward.var; }, repeats);
+
+    // The Monte Carlo pass it replaces.
+    double mc_s = -1;
+    if (montecarlo) {
+      montecarlo::SimulationSetup setup;
+      setup.trials = 2;
+      const auto t0 = Clock::now();
+      const auto sim = montecarlo::simulate_model(c, weights, top, setup);
+      mc_s = std::chrono::duration<double>(Clock::now() - t0).count() / 2;
+      sink = sink + sim.forward.back().var.value;
+    }
+
+    const double scalar_rate = 1 / scalar_s, batched_rate = static_cast<double>(lanes) / batched_s;
+    if (format == "json") {
+      std::printf("{\"machine\": \"%s\", \"simd\": \"%s\", \"threads\": 1, "
+                  "\"model\": {\"arch\": \"pre-ln\", \"activation\": \"relu\", \"scheme\": \"dslm-simple\", "
+                  "\"layers\": %zu, \"d\": %zu, \"heads\": %zu, \"seq_len\": %zu, \"dropout\": %g}, "
+                  "\"batch_lanes\": %zu, \"scalar_layer_updates_per_s\": %.6g, "
+                  "\"batched_layer_updates_per_s\": %.6g, \"batched_speedup\": %.4g, "
+                  "\"stack192_trace_us\": %.6g, \"montecarlo192_ms\": %.6g}\n",
+                  cpu_model().c_str(), simd_level(), c.layers, c.d, c.heads, c.seq_len, c.dropout, lanes,
+                  scalar_rate, batched_rate, batched_rate / scalar_rate, trace_s * 1e6,
+                  montecarlo ? mc_s * 1e3 : -1.0);
+    } else {
+      std::printf("machine: %s, SIMD %s, one thread\n", cpu_model().c_str(), simd_level());
+      std::printf("model: Pre-LN, ReLU, dslm-simple, %zu layers, d = %zu, H = %zu, L = %zu, p = %g\n", c.layers,
+                  c.d, c.heads, c.seq_len, c.dropout);
+      std::printf("scalar layer updates      %12.4g /s  (%.0f ns each)\n", scalar_rate, scalar_s * 1e9);
+      std::printf("batched layer updates     %12.4g /s  (%zu lanes, %.1f ns per lane, %.2fx scalar)\n",
+                  batched_rate, lanes, batched_s * 1e9 / static_cast<double>(lanes), batched_rate / scalar_rate);
+      std::printf("%zu-layer trace            %12.4g us\n", c.layers, trace_s * 1e6);
+      if (montecarlo) std::printf("%zu-layer Monte Carlo pass %12.4g ms (forward + backward, one trial)\n", c.layers, mc_s * 1e3);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "benchmark: error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

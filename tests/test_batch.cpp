@@ -1,0 +1,218 @@
+// Batched evaluation: every component, block and stack on Eigen arrays (one
+// lane per configuration) gives, lane by lane, what the scalar evaluation
+// gives. The formulas are the same templated code, so the only differences
+// are the vectorized transcendentals (math::atan, math::asin: a few ulp) and
+// the order of floating-point operations; 1e-12 relative bounds both with a
+// wide margin while catching any lane mix-up or formula divergence (which
+// would be of order 1).
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "catch.hpp"
+#include "sigprop/sigprop.hpp"
+
+namespace {
+
+using sigprop::Batch;
+using sigprop::GradMoments;
+using sigprop::Moments;
+
+constexpr double tolerance = 1e-12;
+
+double rel(double a, double b) { return std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1e-300}); }
+
+struct Lanes {
+  std::mt19937_64 rng{2024};
+  std::vector<Moments<double>> in;
+  std::vector<GradMoments<double>> grad;
+  double uniform(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); }
+  explicit Lanes(int n, bool zero_mean = false) {
+    for (int i = 0; i < n; ++i) {
+      in.push_back({zero_mean || i % 3 ? 0.0 : uniform(-1, 1), uniform(0.2, 3), uniform(0, 0.95),
+                    i % 2 ? 0.0 : uniform(-0.002, 0.05)});
+      grad.push_back({uniform(0.5, 2), uniform(0, 0.9)});
+    }
+  }
+  Batch pick(double Moments<double>::*m) const {
+    Batch b(static_cast<Eigen::Index>(in.size()));
+    for (std::size_t i = 0; i < in.size(); ++i) b(static_cast<Eigen::Index>(i)) = in[i].*m;
+    return b;
+  }
+  Moments<Batch> moments() const {
+    return {pick(&Moments<double>::mean), pick(&Moments<double>::var), pick(&Moments<double>::corr_len),
+            pick(&Moments<double>::corr_dim)};
+  }
+  GradMoments<Batch> grads() const {
+    Batch v(static_cast<Eigen::Index>(grad.size())), r(v.size());
+    for (std::size_t i = 0; i < grad.size(); ++i) {
+      v(static_cast<Eigen::Index>(i)) = grad[i].var;
+      r(static_cast<Eigen::Index>(i)) = grad[i].corr_len;
+    }
+    return {v, r};
+  }
+};
+
+// make(x) builds the component from lane parameters x (a double or a Batch
+// lane-parameter source); compares forward and backward lane by lane.
+template <class MakeScalar, class MakeBatch>
+void check_lanes(const Lanes& lanes, MakeScalar make_scalar, MakeBatch make_batch) {
+  const auto batched = make_batch();
+  const Moments<Batch> in = lanes.moments();
+  const GradMoments<Batch> g = lanes.grads();
+  const Moments<Batch> out = batched.forward(in);
+  const GradMoments<Batch> back = batched.backward(in, g);
+  double worst = 0;
+  for (std::size_t i = 0; i < lanes.in.size(); ++i) {
+    const auto one = make_scalar(i);
+    const Moments<double> o = one.forward(lanes.in[i]);
+    const GradMoments<double> b = one.backward(lanes.in[i], lanes.grad[i]);
+    const auto k = static_cast<Eigen::Index>(i);
+    for (double e : {rel(o.mean, out.mean(k)), rel(o.var, out.var(k)), std::abs(o.corr_len - out.corr_len(k)),
+                     std::abs(o.corr_dim - out.corr_dim(k)), rel(b.var, back.var(k)),
+                     std::abs(b.corr_len - back.corr_len(k))})
+      worst = std::max(worst, e);
+  }
+  INFO("largest lane difference " << worst);
+  CHECK(worst <= tolerance);
+}
+
+Batch lane_values(const std::vector<double>& v) {
+  return Eigen::Map<const Batch>(v.data(), static_cast<Eigen::Index>(v.size()));
+}
+
+}  // namespace
+
+TEST_CASE("every component evaluates a batch lane by lane like scalars", "[batch]") {
+  const int n = 37;  // not a multiple of the SIMD width: the tail lanes are checked too
+  Lanes lanes(n);
+  std::vector<double> d_in, d_out, w, p, seq, d_k;
+  for (int i = 0; i < n; ++i) {
+    d_in.push_back(64.0 * (1 + i % 5));
+    d_out.push_back(128.0 * (1 + i % 3));
+    w.push_back(lanes.uniform(0.5, 2) / d_in.back());
+    p.push_back(lanes.uniform(0, 0.5));
+    seq.push_back(64.0 + 32 * (i % 7));
+    d_k.push_back(16.0 * (1 + i % 4));
+  }
+  const Batch D_in = lane_values(d_in), D_out = lane_values(d_out), W = lane_values(w), P = lane_values(p);
+  const Batch Seq = lane_values(seq), D_k = lane_values(d_k);
+  SECTION("Linear") {
+    check_lanes(lanes, [&](std::size_t i) { return sigprop::Linear<double>(d_in[i], d_out[i], w[i]); },
+                [&] { return sigprop::Linear<Batch>(D_in, D_out, W); });
+  }
+  SECTION("Dropout") {
+    check_lanes(lanes, [&](std::size_t i) { return sigprop::Dropout<double>(p[i]); },
+                [&] { return sigprop::Dropout<Batch>(P); });
+  }
+  SECTION("ReLU") {
+    check_lanes(lanes, [](std::size_t) { return sigprop::Relu<double>(); }, [] { return sigprop::Relu<Batch>(); });
+  }
+  SECTION("GeLU") {
+    check_lanes(lanes, [](std::size_t) { return sigprop::Gelu<double>(); }, [] { return sigprop::Gelu<Batch>(); });
+  }
+  SECTION("LayerNorm") {
+    check_lanes(lanes, [&](std::size_t i) { return sigprop::LayerNorm<double>(d_in[i]); },
+                [&] { return sigprop::LayerNorm<Batch>(D_in); });
+  }
+  SECTION("Attention") {
+    Lanes centred(n, true);
+    std::vector<double> q;
+    for (int i = 0; i < n; ++i) q.push_back(centred.uniform(0.2, 1.5) / d_in[static_cast<std::size_t>(i)]);
+    const Batch Q = lane_values(q);
+    check_lanes(centred,
+                [&](std::size_t i) { return sigprop::Attention<double>(d_in[i], d_k[i], seq[i], q[i], q[i], w[i], p[i]); },
+                [&] { return sigprop::Attention<Batch>(D_in, D_k, Seq, Q, Q, W, P); });
+  }
+  SECTION("attention and FFN blocks in residual sublayers") {
+    const Batch heads = D_in / D_k;
+    std::vector<double> h(d_in.size());
+    for (std::size_t i = 0; i < h.size(); ++i) h[i] = d_in[i] / d_k[i];
+    const Batch skip = Batch::Constant(n, 0.9), branch = Batch::Constant(n, std::sqrt(0.19));
+    check_lanes(
+        lanes,
+        [&](std::size_t i) {
+          return sigprop::residual(sigprop::serial(sigprop::LayerNorm<double>(d_in[i]),
+                                                   sigprop::attention_block<double>(d_in[i], h[i], seq[i], {w[i], w[i], w[i], w[i]}, p[i])),
+                                   0.9, std::sqrt(0.19));
+        },
+        [&] {
+          return sigprop::residual(sigprop::serial(sigprop::LayerNorm<Batch>(D_in),
+                                                   sigprop::attention_block<Batch>(D_in, heads, Seq, {W, W, W, W}, P)),
+                                   skip, branch);
+        });
+    check_lanes(
+        lanes,
+        [&](std::size_t i) {
+          return sigprop::serial(sigprop::residual(sigprop::ffn_block<sigprop::Gelu<double>>(d_in[i], 4.0, w[i], w[i] / 4, p[i])),
+                                 sigprop::LayerNorm<double>(d_in[i]));
+        },
+        [&] {
+          // Batched residual scales are given explicitly (one lane each).
+          const Batch one = Batch::Ones(n);
+          return sigprop::serial(sigprop::residual(sigprop::ffn_block<sigprop::Gelu<Batch>>(D_in, Batch(4 * one),
+                                                                                             W, Batch(W / 4), P),
+                                                   one, one),
+                                 sigprop::LayerNorm<Batch>(D_in));
+        });
+  }
+}
+
+TEST_CASE("trace_batch equals trace lane by lane for every stack", "[batch]") {
+  using namespace sigprop;
+  for (Arch arch : {Arch::pre_ln, Arch::post_ln}) {
+    for (FfnActivation act : {FfnActivation::relu, FfnActivation::gelu}) {
+      std::vector<ModelConfig> configs;
+      std::vector<ModelWeights> weights;
+      for (int i = 0; i < 9; ++i) {
+        ModelConfig c;
+        c.arch = arch;
+        c.activation = act;
+        c.layers = 24;
+        c.d = 128 * static_cast<std::size_t>(1 + i % 3);
+        c.heads = 2 + 2 * static_cast<std::size_t>(i % 2);
+        c.seq_len = 64 + 64 * static_cast<std::size_t>(i % 4);
+        c.dropout = 0.05 * i;
+        c.final_layernorm = arch == Arch::pre_ln;
+        configs.push_back(c);
+        const Scheme s = i % 3 == 0 ? Scheme::xavier : i % 3 == 1 ? Scheme::dslm : Scheme::dslm_simple;
+        weights.push_back(initialize(c, s));
+      }
+      const BatchTrace batch = trace_batch(configs, weights);
+      double worst = 0;
+      for (std::size_t i = 0; i < configs.size(); ++i) {
+        const Trace one = trace(configs[i], weights[i]);
+        const Trace lane = lane_of(batch, i);
+        REQUIRE(lane.rows.size() == one.rows.size());
+        for (std::size_t n = 0; n < one.rows.size(); ++n) {
+          const TraceRow &a = one.rows[n], &b = lane.rows[n];
+          for (double e : {rel(a.forward.var, b.forward.var), std::abs(a.forward.corr_len - b.forward.corr_len),
+                           rel(a.backward.var, b.backward.var), std::abs(a.backward.corr_len - b.backward.corr_len),
+                           // The domain measures are compared with limits of order 1; near
+                           // r = 1 the score variance is a small difference (1 - r), so it
+                           // is compared absolutely.
+                           std::abs(a.domain.score_var - b.domain.score_var)})
+            worst = std::max(worst, e);
+        }
+        worst = std::max(worst, rel(one.output.forward.var, lane.output.forward.var));
+      }
+      INFO("arch " << static_cast<int>(arch) << " activation " << static_cast<int>(act) << ": largest difference " << worst);
+      CHECK(worst <= tolerance);
+    }
+  }
+}
+
+TEST_CASE("trace_batch rejects lanes of different structure", "[batch][errors]") {
+  using namespace sigprop;
+  ModelConfig a, b;
+  a.layers = b.layers = 4;
+  b.arch = Arch::post_ln;
+  const std::vector<ModelConfig> configs{a, b};
+  const std::vector<ModelWeights> weights{initialize(a, Scheme::xavier), initialize(b, Scheme::xavier)};
+  CHECK_THROWS_WITH(trace_batch(configs, weights), Catch::Contains("configs[1].") && Catch::Contains("structure"));
+  CHECK_THROWS_AS(trace_batch({}, {}), domain_error);
+  CHECK_THROWS_WITH(trace_batch({a}, weights), Catch::Contains("weights.size() = 2"));
+  std::vector<ModelConfig> bad{a};
+  bad[0].dropout = 1;
+  CHECK_THROWS_WITH(trace_batch(bad, {weights[0]}), Catch::Contains("dropout = 1"));
+}
