@@ -216,3 +216,43 @@ TEST_CASE("trace_batch rejects lanes of different structure", "[batch][errors]")
   bad[0].dropout = 1;
   CHECK_THROWS_WITH(trace_batch(bad, {weights[0]}), Catch::Contains("dropout = 1"));
 }
+
+TEST_CASE("sweep summarizes each point like its scalar trace, and the bounds can fail", "[batch][sweep]") {
+  using namespace sigprop;
+  std::vector<SweepPoint> points;
+  for (Arch arch : {Arch::pre_ln, Arch::post_ln})
+    for (Scheme scheme : {Scheme::xavier, Scheme::dslm})
+      for (std::size_t layers : {6u, 12u}) {
+        SweepPoint p;
+        p.config.arch = arch;
+        p.config.layers = layers;
+        p.config.d = 256;
+        p.config.heads = 4;
+        p.config.seq_len = 128;
+        p.scheme = scheme;
+        if (scheme == Scheme::dslm) p.scaling = {1, 1.5, true};  // beta^2 = 1/N^1.5: gradients stay in the band
+        points.push_back(p);
+      }
+  const SweepBounds bounds{0.5, 2};
+  const std::vector<SweepSummary> s = sweep(points, bounds);
+  REQUIRE(s.size() == points.size());
+  std::size_t inside = 0;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const SweepPoint& p = points[i];
+    const SweepSummary one =
+        summarize_trace(trace(p.config, initialize(p.config, p.scheme, p.input, p.scaling)), bounds);
+    CHECK(rel(one.final_var, s[i].final_var) <= tolerance);
+    CHECK(rel(one.grad_ratio, s[i].grad_ratio) <= tolerance);
+    CHECK(one.within_bounds == s[i].within_bounds);
+    CHECK(s[i].grad_ratio >= 1);
+    CHECK(s[i].var_min <= s[i].final_var);
+    CHECK(s[i].final_var <= s[i].var_max);
+    inside += s[i].within_bounds;
+  }
+  // Pre-LN Xavier grows the forward variance linearly with depth (far above
+  // 2 at 12 layers); Post-LN keeps it at 1 by construction.
+  CHECK(!s[1].within_bounds);  // points[1]: pre-ln, xavier, 12 layers
+  CHECK(inside > 0);
+  CHECK(inside < points.size());
+  CHECK_THROWS_WITH(sweep(points, {2, 0.5}), Catch::Contains("bounds.low = 2"));
+}

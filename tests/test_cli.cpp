@@ -179,3 +179,50 @@ TEST_CASE("cli: results outside the validated domain are flagged, not refused", 
   CHECK(calm.out.find("\"outside\": false") != std::string::npos);
   CHECK(calm.err.empty());
 }
+
+TEST_CASE("cli: sweep prints one summary per grid point, matching the library", "[cli][sweep]") {
+  const Outcome csv = run({"sweep", "--arch", "pre-ln,post-ln", "--scheme", "xavier,dslm", "--layers", "4:8:4",
+                           "--d", "128", "--head-dim", "32", "--seq", "64", "--dropout", "0,0.1"});
+  INFO(csv.err);
+  REQUIRE(csv.status == 0);
+  CHECK(csv.err.empty());
+  std::istringstream lines(csv.out);
+  std::string header, line;
+  std::getline(lines, header);
+  CHECK(header == "arch,scheme,layers,d,heads,dropout,beta2_k,beta2_alpha,final_var,final_corr_len,var_min,var_max,"
+                  "grad_min,grad_max,grad_ratio,within_bounds,outside_domain");
+  std::vector<std::string> rows;
+  while (std::getline(lines, line)) rows.push_back(line);
+  CHECK(rows.size() == 2 * 2 * 2 * 2);  // arch x scheme x layers {4, 8} x dropout
+  // The last row: post-ln, dslm, 8 layers, p = 0.1, against the library's trace.
+  sigprop::ModelConfig c;
+  c.arch = sigprop::Arch::post_ln;
+  c.layers = 8;
+  c.d = 128;
+  c.heads = 4;
+  c.seq_len = 64;
+  c.dropout = 0.1;
+  const auto s = sigprop::summarize_trace(sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::dslm)), {});
+  CHECK(rows.back().rfind("post-ln,dslm,8,128,4,0.1,2,1," + sigprop::cli::exact(s.final_var) + ",", 0) == 0);
+
+  const Outcome json = run({"sweep", "--layers", "4", "--d", "128", "--seq", "64", "--format", "json"});
+  REQUIRE(json.status == 0);
+  CHECK(json.out.front() == '[');
+  CHECK(json.out.find("\"within_bounds\": ") != std::string::npos);
+  CHECK(std::count(json.out.begin(), json.out.end(), '{') == 1);
+
+  const Outcome help = run({"sweep", "--help"});
+  CHECK(help.status == 0);
+  CHECK(help.out.find("START:STOP:STEP") != std::string::npos);
+}
+
+TEST_CASE("cli: sweep rejects bad grids with status 2", "[cli][sweep][errors]") {
+  require_usage_error({"sweep", "--dropout", "0,1"}, "--dropout", "1", "[0, 1)");
+  require_usage_error({"sweep", "--layers", "8:4:1"}, "--layers", "8:4:1", "START:STOP:STEP");
+  require_usage_error({"sweep", "--layers", "0"}, "--layers", "0", "whole number >= 1");
+  require_usage_error({"sweep", "--d", "100"}, "--d", "100", "multiple of --head-dim");
+  require_usage_error({"sweep", "--bounds", "2,0.5"}, "--bounds", "2,0.5", "LO <= HI");
+  require_usage_error({"sweep", "--scheme", "dslm,foo"}, "--scheme", "foo", "not one of");
+  require_usage_error({"sweep", "--beta2-k", "-1"}, "--beta2-k", "-1", "(0, inf)");
+  require_usage_error({"sweep", "--format", "text"}, "--format", "text", "csv|json");
+}
