@@ -10,9 +10,10 @@
 //       forward and backward maps of the attention sublayer (LayerNorm,
 //       attention block, residual) and of the FFN sublayer (LayerNorm, FFN
 //       block, residual) -- for one configuration, T = double;
-//   batched_layer_updates_per_s  the same update for B configurations at once
-//       (T = Eigen::ArrayXd, one lane per configuration, each lane a
-//       different d, L, p and weight scale), counted per lane;
+//   batched_layer_updates_per_s  the same update for B configurations (one
+//       lane each, each a different d, L, p and weight scale), evaluated as
+//       trace_batch does, in chunks of batch_chunk lanes (T = BatchChunk, a
+//       fixed-size Eigen array), counted per lane;
 //   stack192_trace_us            sigprop::trace of the whole N-layer model
 //       (forward, backward and the domain-of-validity measures of every layer);
 //   montecarlo192_ms             one forward and backward pass of the same
@@ -120,7 +121,7 @@ const char* simd_level() {
 
 int main(int argc, char** argv) {
   std::string format = "text";
-  std::size_t lanes = 256, repeats = 7;
+  std::size_t lanes = 256, repeats = 7;  // lanes: a multiple of batch_chunk
   bool montecarlo = true;
   ModelConfig c;
   c.layers = 192;
@@ -158,24 +159,36 @@ int main(int argc, char** argv) {
     volatile double sink = 0;
     const double scalar_s = seconds_per_call([&] { sink = sink + scalar(); }, repeats);
 
-    // Batched: lane i a different width, length, dropout and weight scale.
-    const auto n = static_cast<Eigen::Index>(lanes);
-    const Batch lane = Batch::LinSpaced(n, 0, 1);
-    StackShape<Batch> s;
-    s.arch = c.arch;
-    s.d = (c.d * (1 + (lane * 4).floor())).eval();
-    s.heads = Batch::Constant(n, static_cast<double>(c.heads));
-    s.ffn_mult = Batch::Constant(n, static_cast<double>(c.ffn_mult));
-    s.seq_len = (c.seq_len * (1 + (lane * 8).floor())).eval();
-    s.dropout = (0.3 * lane).eval();
-    const Batch scale = 0.5 + lane;
-    BatchLayerWeights<Batch> bw{scale * w.q, scale * w.k, scale * w.v, scale * w.o, scale * w.ffn1, scale * w.ffn2,
-                                Batch::Constant(n, w.skip_scale), Batch::Constant(n, w.branch_scale)};
-    const Moments<Batch> bx{Batch::Constant(n, x.mean), Batch::Constant(n, x.var), (0.9 * lane).eval(),
-                            Batch::Zero(n)};
-    const GradMoments<Batch> btop{Batch::Ones(n), Batch::Constant(n, top.corr_len)};
-    const LayerUpdate<Batch, BatchLayerWeights<Batch>> batched{s, bw, bx, btop};
-    const double batched_s = seconds_per_call([&] { sink = sink + batched()(0); }, repeats);
+    // Batched: lane i a different width, length, dropout and weight scale;
+    // evaluated in chunks of batch_chunk lanes (fixed-size arrays), as
+    // trace_batch does.
+    if (lanes % batch_chunk != 0)
+      usage_error("--lanes = " + std::to_string(lanes) + " is outside the valid range: a multiple of " +
+                  std::to_string(batch_chunk));
+    using Chunk = BatchChunk;
+    std::vector<LayerUpdate<Chunk, BatchLayerWeights<Chunk>>> chunks;
+    for (std::size_t start = 0; start < lanes; start += batch_chunk) {
+      const Chunk lane = (Chunk::LinSpaced(0, batch_chunk - 1) + static_cast<double>(start)) / static_cast<double>(lanes);
+      StackShape<Chunk> s;
+      s.arch = c.arch;
+      s.d = c.d * (1 + (lane * 4).floor());
+      s.heads = Chunk::Constant(static_cast<double>(c.heads));
+      s.ffn_mult = Chunk::Constant(static_cast<double>(c.ffn_mult));
+      s.seq_len = c.seq_len * (1 + (lane * 8).floor());
+      s.dropout = 0.3 * lane;
+      const Chunk scale = 0.5 + lane;
+      const BatchLayerWeights<Chunk> bw{scale * w.q,    scale * w.k,    scale * w.v,
+                                        scale * w.o,    scale * w.ffn1, scale * w.ffn2,
+                                        Chunk::Constant(w.skip_scale), Chunk::Constant(w.branch_scale)};
+      const Moments<Chunk> bx{Chunk::Constant(x.mean), Chunk::Constant(x.var), 0.9 * lane, Chunk::Zero()};
+      const GradMoments<Chunk> btop{Chunk::Ones(), Chunk::Constant(top.corr_len)};
+      chunks.push_back({s, bw, bx, btop});
+    }
+    const double batched_s = seconds_per_call(
+        [&] {
+          for (const auto& u : chunks) sink = sink + u()(0);
+        },
+        repeats);
 
     // The whole-stack trace.
     const double trace_s = seconds_per_call([&] { sink = sink + trace(c, weights).output.forward.var; }, repeats);

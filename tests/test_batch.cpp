@@ -115,6 +115,18 @@ TEST_CASE("every component evaluates a batch lane by lane like scalars", "[batch
     check_lanes(lanes, [&](std::size_t i) { return sigprop::LayerNorm<double>(d_in[i]); },
                 [&] { return sigprop::LayerNorm<Batch>(D_in); });
   }
+  SECTION("LayerNorm at small widths and |r| up to 1 (recurrence and closed-form lanes)") {
+    Lanes near_one(n);
+    std::vector<double> small;
+    for (int i = 0; i < n; ++i) {
+      small.push_back(4.0 + (i % 12) * 3);  // d = 4 .. 37: alpha below the series threshold
+      auto& m = near_one.in[static_cast<std::size_t>(i)];
+      m.corr_len = i % 5 == 0 ? (i % 2 ? 1.0 : -1.0) : (i % 2 ? 1 : -1) * near_one.uniform(0.5, 1);
+    }
+    const Batch Small = lane_values(small);
+    check_lanes(near_one, [&](std::size_t i) { return sigprop::LayerNorm<double>(small[i]); },
+                [&] { return sigprop::LayerNorm<Batch>(Small); });
+  }
   SECTION("Attention") {
     Lanes centred(n, true);
     std::vector<double> q;

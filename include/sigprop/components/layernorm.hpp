@@ -146,19 +146,63 @@ struct LayerNormAngle {
   Real slope;  // F'(rho)
 };
 
+// c0 = (2/k) (Gamma(alpha + 1/2) / Gamma(alpha))^2, k = d - 1, alpha = k/2:
+// depends on d only (LayerNorm computes it once per width).
 template <class Real>
-LayerNormAngle<Real> layernorm_angle(Real d, Real rho) {
+Real layernorm_c0(Real d) {
   const layernorm_policy pol;
   const Real k = d - 1, alpha = k / 2;
-  const Real abs_rho = std::min(std::abs(rho), Real(1));
-  const Real x = abs_rho * abs_rho, y = (1 - abs_rho) * (1 + abs_rho);
-  const HalfHalfPair<Real> h = half_half(alpha, x, y);
   const Real ratio = boost::math::tgamma_delta_ratio(alpha, Real(0.5), pol);  // G(a)/G(a+1/2)
-  const Real c0 = 2 / (k * ratio * ratio);
+  return 2 / (k * ratio * ratio);
+}
+
+// F and F' from H0 and D = H0 - H1 at |rho|.
+template <class Real>
+LayerNormAngle<Real> layernorm_angle_from(Real d, Real rho, Real c0, const HalfHalfPair<Real>& h) {
+  const Real k = d - 1;
+  const Real abs_rho = std::min(std::abs(rho), Real(1));
   const Real corr = abs_rho * c0 * (h.h0 - h.diff);
   // k H0 - (k - 1) H1 = H0 + (k - 1) (H0 - H1)
   const Real slope = c0 * (h.h0 + (k - 1) * h.diff);
   return {rho < 0 ? -corr : corr, slope};
+}
+
+template <class Real>
+LayerNormAngle<Real> layernorm_angle(Real d, Real rho, Real c0) {
+  const Real abs_rho = std::min(std::abs(rho), Real(1));
+  const Real x = abs_rho * abs_rho, y = (1 - abs_rho) * (1 + abs_rho);
+  return layernorm_angle_from(d, rho, c0, half_half((d - 1) / 2, x, y));
+}
+
+template <class Real>
+LayerNormAngle<Real> layernorm_angle(Real d, Real rho) {
+  return layernorm_angle(d, rho, layernorm_c0(d));
+}
+
+// Gauss's series of half_half_series on every lane of a batch at once (the
+// same terms and stopping rule per lane; a lane stops adding terms once its
+// own rule is met, so each lane gets the scalar series' sum). For lanes with
+// y > 0 and alpha >= half_half_series_alpha or x <= 1/2 (half_half's
+// choice of the series); the caller evaluates the others lane by lane.
+template <class T>
+HalfHalfPair<T> half_half_series_lanes(const T& alpha, const T& x, const T& y) {
+  using Real = math::real_of<T>;
+  const Real eps = std::numeric_limits<Real>::epsilon() / 2;
+  const T ratio_tail = x / y;  // x/(1 - x): y > 0 on these lanes
+  const auto has_width_tail = alpha > Real(1.5);
+  T term = T::Ones(alpha.size()), h0 = term, diff = T::Zero(alpha.size());
+  Eigen::Array<bool, T::RowsAtCompileTime, 1, 0, T::MaxRowsAtCompileTime, 1> stopped =
+      Eigen::Array<bool, T::RowsAtCompileTime, 1, 0, T::MaxRowsAtCompileTime, 1>::Constant(alpha.size(), false);
+  for (int n = 0; n < 100000; ++n) {
+    const Real nn = static_cast<Real>(n);
+    term *= (nn + Real(0.5)) * (nn + Real(0.5)) / ((nn + alpha) * (nn + 1)) * x;
+    h0 = stopped.select(h0, h0 + term);
+    diff = stopped.select(diff, diff + term * (nn + 1) / (alpha + nn + 1));
+    const T tail = has_width_tail.select(ratio_tail.min((nn + 1 + alpha) / (alpha - Real(1.5))), ratio_tail);
+    stopped = stopped || (term * tail <= eps * diff);
+    if (stopped.all()) return {h0, diff};
+  }
+  throw overflow_error("sigprop::LayerNorm: the hypergeometric series did not converge in a batch");
 }
 
 }  // namespace detail
@@ -178,6 +222,7 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
         name, "d", d_,
         [](double v) { return std::isfinite(v) && v >= 4 && v <= 1e15 && std::floor(v) == v; },
         "{4, 5, 6, ...} (an integer width; d <= 3 has no finite gradient variance)");
+    c0_ = math::map_lanes(d_, [](Real d) { return static_cast<Real>(detail::layernorm_c0<Work>(d)); });
   }
 
   const T& d() const { return d_; }
@@ -208,21 +253,58 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
   }
 
   /// r^l_out = E[cos angle] as a function of the input length correlation.
-  T corr_len_map(const T& corr_len) const {
-    return math::map_lanes(d_, corr_len, [](Real d, Real r) {
-      return static_cast<Real>(detail::layernorm_angle<Work>(d, r).corr);
-    });
-  }
+  T corr_len_map(const T& corr_len) const { return angle(corr_len).corr; }
 
   /// F'(rho): the slope of corr_len_map, which scales the gradient covariance.
-  T grad_corr_factor(const T& corr_len) const {
-    return math::map_lanes(d_, corr_len, [](Real d, Real r) {
-      return static_cast<Real>(detail::layernorm_angle<Work>(d, r).slope);
-    });
-  }
+  T grad_corr_factor(const T& corr_len) const { return angle(corr_len).slope; }
 
  private:
+  // F and F' at rho. Scalars: one evaluation. Batches of double: Gauss's
+  // series on all lanes at once where half_half would use it, the
+  // recurrence (small d, |rho| > 1/sqrt 2) and rho = +-1 lane by lane.
+  detail::LayerNormAngle<T> angle(const T& rho) const {
+    if constexpr (is_scalar_v<T> || !std::is_same_v<Real, Work>) {
+      T corr = rho, slope = rho;
+      for (std::size_t i = 0; i < lane_count(rho); ++i) {
+        const auto a = detail::layernorm_angle<Work>(Work(lane(d_, i)), Work(lane(rho, i)), Work(lane(c0_, i)));
+        set(corr, i, static_cast<Real>(a.corr));
+        set(slope, i, static_cast<Real>(a.slope));
+      }
+      return {corr, slope};
+    } else {
+      const T abs_rho = rho.abs().min(Real(1));
+      const T x = abs_rho * abs_rho, y = (1 - abs_rho) * (1 + abs_rho);
+      const T alpha = (d_ - 1) / 2;
+      const auto by_series = (y > 0) && (x <= Real(0.5) || alpha >= detail::half_half_series_alpha<Real>);
+      detail::HalfHalfPair<T> h{T::Zero(rho.size()), T::Zero(rho.size())};
+      if (by_series.any()) {
+        // Lanes not by series get a harmless x = 0 (one term) here and are replaced below.
+        const T xs = by_series.select(x, Real(0)), ys = by_series.select(y, Real(1));
+        h = detail::half_half_series_lanes(alpha, xs, ys);
+      }
+      for (Eigen::Index i = 0; i < rho.size(); ++i)
+        if (!by_series(i)) {
+          const auto one = detail::half_half(alpha(i), x(i), y(i));
+          h.h0(i) = one.h0;
+          h.diff(i) = one.diff;
+        }
+      const T k = d_ - 1;
+      const T corr = abs_rho * c0_ * (h.h0 - h.diff);
+      return {(rho < 0).select(-corr, corr), c0_ * (h.h0 + (k - 1) * h.diff)};
+    }
+  }
+
+  static void set(T& x, std::size_t i, Real v) {
+    if constexpr (is_scalar_v<T>) {
+      (void)i;
+      x = v;
+    } else {
+      x(static_cast<Eigen::Index>(i)) = v;
+    }
+  }
+
   T d_;
+  T c0_;  // layernorm_c0(d), lane-wise
 };
 
 }  // namespace sigprop

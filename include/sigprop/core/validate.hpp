@@ -39,6 +39,8 @@ void require(const char* function, const char* parameter, const T& value, Pred o
 /// Finite value of any sign.
 template <class T>
 void require_finite(const char* function, const char* parameter, const T& x) {
+  if constexpr (!is_scalar_v<T>)
+    if (x.isFinite().all()) return;  // batches: one vectorized pass when every lane is valid
   detail::require(function, parameter, x, [](double v) { return std::isfinite(v); },
                   "(-inf, inf)");
 }
@@ -46,6 +48,8 @@ void require_finite(const char* function, const char* parameter, const T& x) {
 /// Variance: finite and >= 0.
 template <class T>
 void require_variance(const char* function, const char* parameter, const T& x) {
+  if constexpr (!is_scalar_v<T>)
+    if ((x.isFinite() && x >= 0).all()) return;
   detail::require(function, parameter, x,
                   [](double v) { return std::isfinite(v) && v >= 0; }, "[0, inf)");
 }
@@ -60,6 +64,8 @@ void require_positive(const char* function, const char* parameter, const T& x) {
 /// Correlation in [-1, 1].
 template <class T>
 void require_correlation(const char* function, const char* parameter, const T& x) {
+  if constexpr (!is_scalar_v<T>)
+    if ((x >= -1 && x <= 1).all()) return;
   detail::require(function, parameter, x, [](double v) { return v >= -1 && v <= 1; },
                   "[-1, 1]");
 }
@@ -67,6 +73,8 @@ void require_correlation(const char* function, const char* parameter, const T& x
 /// Dropout probability in [0, 1): inverted dropout has a pole at p = 1.
 template <class T>
 void require_probability(const char* function, const char* parameter, const T& x) {
+  if constexpr (!is_scalar_v<T>)
+    if ((x >= 0 && x < 1).all()) return;
   detail::require(function, parameter, x, [](double v) { return v >= 0 && v < 1; },
                   "[0, 1)");
 }
@@ -99,6 +107,8 @@ void require_grad_moments(const char* function, const GradMoments<T>& g) {
 /// [-1, 1] against rounding (a drift of more than 1e-9 is a bug and throws).
 template <class T>
 void check_result(const char* function, const char* quantity, const T& x) {
+  if constexpr (!is_scalar_v<T>)
+    if (x.isFinite().all()) return;
   for (std::size_t i = 0; i < lane_count(x); ++i) {
     const double v = static_cast<double>(lane(x, i));
     if (!std::isfinite(v))

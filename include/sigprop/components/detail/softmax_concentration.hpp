@@ -93,6 +93,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #include <Eigen/Core>
 
@@ -144,63 +145,96 @@ inline double concentration_row(const ConcentrationTable& log_f, int i, int j0, 
   return w[0] * r[0] + w[1] * r[1] + w[2] * r[2] + w[3] * r[3];
 }
 
-// f(a, n) = exp(log_f interpolated), for a factor f -> 1 as n -> inf: the
-// scheme and the continuations at the top of this file.
-inline double concentration_interpolate(const ConcentrationTable& log_f, double a, double n) {
+// log f(a, n) interpolated at u = ln n, with n beyond n_max read at the last
+// column (the continuation is applied by concentration_interpolate): the
+// scheme at the top of this file. No transcendental function but sqrt, so
+// batches call it lane by lane between vectorized log and exp.
+inline double concentration_log(const ConcentrationTable& log_f, double a, double u) {
   namespace table = concentration_table;
   constexpr double per_u = 1 / table::u_step, per_sigma = 1 / table::sigma_step;
   constexpr int u_last = table::u_count - 1, s_last = table::sigma_count - 1;
   // Stencils: the two nodes either side, shifted inwards at the edges. The
   // comparisons send NaN to a valid stencil, and the weights carry it on.
-  double pu = (std::log(n) - table::u_first) * per_u;
-  if (pu > u_last) pu = u_last;  // n > n_max: the last column, continued below
+  double pu = (u - table::u_first) * per_u;
+  if (pu > u_last) pu = u_last;  // n > n_max: the last column, continued by the caller
   const int j0 = pu >= 1 ? (pu < u_last - 1 ? static_cast<int>(pu) - 1 : u_last - 3) : 0;
   double wu[4];
   concentration_weights(pu - j0, wu);
-  double log_value;
   if (a <= table::a_max) {
     const double ps = std::sqrt(a) * per_sigma;
     const int i0 = ps >= 1 ? (ps < s_last - 1 ? static_cast<int>(ps) - 1 : s_last - 3) : 0;
     double ws[4];
     if (ps >= 1) concentration_weights(ps - i0, ws);
     else concentration_even_weights(ps, ws);  // sigma < h: in a (no spurious O(sqrt a) term)
-    log_value = 0;
+    double log_value = 0;
     for (int k = 0; k < 4; ++k) log_value += ws[k] * concentration_row(log_f, i0 + k, j0, wu);
-  } else {
-    const double s1 = s_last * table::sigma_step, s0 = (s_last - 1) * table::sigma_step;
-    const double f1 = concentration_row(log_f, s_last, j0, wu), f0 = concentration_row(log_f, s_last - 1, j0, wu);
-    log_value = f1 + (f1 - f0) * (a - s1 * s1) / ((s1 - s0) * (s1 + s0));
+    return log_value;
   }
-  if (!(n > table::n_max)) return std::exp(log_value);
-  return 1 / (1 + std::expm1(-log_value) * (table::n_max / n));
+  const double s1 = s_last * table::sigma_step, s0 = (s_last - 1) * table::sigma_step;
+  const double f1 = concentration_row(log_f, s_last, j0, wu), f0 = concentration_row(log_f, s_last - 1, j0, wu);
+  return f1 + (f1 - f0) * (a - s1 * s1) / ((s1 - s0) * (s1 + s0));
+}
+
+// f(a, n) = exp(log_f interpolated), for a factor f -> 1 as n -> inf: the
+// scheme and the continuations at the top of this file. Scalars (double) or
+// Eigen arrays of double (one lane per configuration; log and exp vectorized).
+template <class T>
+T concentration_interpolate(const ConcentrationTable& log_f, const T& a, const T& n) {
+  namespace table = concentration_table;
+  // Beyond n_max: 1/F - 1 continued as c/n from the last column.
+  const auto continued = [](double log_value, double nv) {
+    return 1 / (1 + std::expm1(-log_value) * (table::n_max / nv));
+  };
+  if constexpr (is_scalar_v<T>) {
+    const double log_value = concentration_log(log_f, a, std::log(n));
+    if (!(n > table::n_max)) return std::exp(log_value);
+    return continued(log_value, n);
+  } else {
+    const T u = n.log();
+    T log_value(a.size());
+    for (Eigen::Index i = 0; i < a.size(); ++i) log_value(i) = concentration_log(log_f, a(i), u(i));
+    T out = log_value.exp();
+    for (Eigen::Index i = 0; i < a.size(); ++i)
+      if (n(i) > table::n_max) out(i) = continued(log_value(i), n(i));
+    return out;
+  }
 }
 
 /// G(a, n) by interpolation (the accuracy and the domain: see the top of this file).
 inline double softmax_concentration(double a, double n) {
-  return concentration_interpolate(concentration_table::log_g, a, n);
+  return concentration_interpolate<double>(concentration_table::log_g, a, n);
 }
 
 /// J(a, n) by interpolation of K = J / (1 - 1/n) (see the top of this file).
 inline double softmax_jacobian_concentration(double a, double n) {
-  return (1 - 1 / n) * concentration_interpolate(concentration_table::log_j, a, n);
+  return (1 - 1 / n) * concentration_interpolate<double>(concentration_table::log_j, a, n);
 }
 
-/// G lane by lane for float or Eigen arrays (computed in double).
+/// G for float or Eigen arrays: double lanes through the vectorized path,
+/// float computed in double.
 template <class T>
 T softmax_concentration(const T& a, const T& n) {
   using R = math::real_of<T>;
-  return math::map_lanes(a, n, [](R av, R nv) {
-    return static_cast<R>(softmax_concentration(static_cast<double>(av), static_cast<double>(nv)));
-  });
+  if constexpr (std::is_same_v<R, double>) {
+    return concentration_interpolate(concentration_table::log_g, a, n);
+  } else {
+    return math::map_lanes(a, n, [](R av, R nv) {
+      return static_cast<R>(softmax_concentration(static_cast<double>(av), static_cast<double>(nv)));
+    });
+  }
 }
 
-/// J lane by lane for float or Eigen arrays (computed in double).
+/// J for float or Eigen arrays (as softmax_concentration).
 template <class T>
 T softmax_jacobian_concentration(const T& a, const T& n) {
   using R = math::real_of<T>;
-  return math::map_lanes(a, n, [](R av, R nv) {
-    return static_cast<R>(softmax_jacobian_concentration(static_cast<double>(av), static_cast<double>(nv)));
-  });
+  if constexpr (std::is_same_v<R, double>) {
+    return T((1 - 1 / n) * concentration_interpolate(concentration_table::log_j, a, n));
+  } else {
+    return math::map_lanes(a, n, [](R av, R nv) {
+      return static_cast<R>(softmax_jacobian_concentration(static_cast<double>(av), static_cast<double>(nv)));
+    });
+  }
 }
 
 /// The same for Eigen arguments of different types (an expression such as
