@@ -94,6 +94,7 @@
 
 #include "sigprop/components/detail/softmax_concentration.hpp"
 #include "sigprop/core/component.hpp"
+#include "sigprop/core/memo.hpp"
 
 namespace sigprop {
 
@@ -293,34 +294,13 @@ class Attention : public Component<Attention<T>, T> {
     return out;
   }
 
-  // The terms are needed several times for one input: by forward(), by
-  // domain(), and by backward() after the enclosing Serial has re-run the
-  // forward pass to recover this component's input. A one-entry memo per
-  // thread (keyed on every parameter and the input, compared exactly)
-  // returns the last result instead of recomputing it; the function stays
-  // pure and thread-safe.
+  // Needed several times for one input (forward, domain, the backward's
+  // replay of the forward pass): memoized per thread (core/memo.hpp).
   AttentionTerms<T> terms_of(const Moments<T>& in) const {
-    struct Memo {
-      std::array<T, 11> key;
-      AttentionTerms<T> terms;
-      bool valid = false;
-    };
-    static thread_local Memo memo;
-    const std::array<T, 11> key{d_in_, d_k_, seq_len_, q_var_, k_var_, v_var_, p_,
-                                in.mean, in.var, in.corr_len, in.corr_dim};
-    const auto same = [](const T& a, const T& b) {
-      if constexpr (is_scalar_v<T>) return a == b;
-      else return a.size() == b.size() && (a == b).all();
-    };
-    if (memo.valid) {
-      bool hit = true;
-      for (std::size_t i = 0; i < key.size() && hit; ++i) hit = same(memo.key[i], key[i]);
-      if (hit) return memo.terms;
-    }
-    memo.terms = compute_terms(in);
-    memo.key = key;
-    memo.valid = true;
-    return memo.terms;
+    return detail::memoized<Attention>(
+        std::array<T, 11>{d_in_, d_k_, seq_len_, q_var_, k_var_, v_var_, p_, in.mean, in.var, in.corr_len,
+                          in.corr_dim},
+        [&] { return compute_terms(in); });
   }
 
   AttentionTerms<T> compute_terms(const Moments<T>& in) const {

@@ -44,6 +44,7 @@
 
 #include "sigprop/core/component.hpp"
 #include "sigprop/core/errors.hpp"
+#include "sigprop/core/memo.hpp"
 
 namespace sigprop {
 
@@ -198,8 +199,10 @@ HalfHalfPair<T> half_half_series_lanes(const T& alpha, const T& x, const T& y) {
     term *= (nn + Real(0.5)) * (nn + Real(0.5)) / ((nn + alpha) * (nn + 1)) * x;
     h0 = stopped.select(h0, h0 + term);
     diff = stopped.select(diff, diff + term * (nn + 1) / (alpha + nn + 1));
-    const T tail = has_width_tail.select(ratio_tail.min((nn + 1 + alpha) / (alpha - Real(1.5))), ratio_tail);
-    stopped = stopped || (term * tail <= eps * diff);
+    // term min(x/y, (n + 1 + alpha)/(alpha - 3/2)) <= eps diff, without the division
+    const T bound = eps * diff;
+    stopped = stopped || (term * ratio_tail <= bound) ||
+              (has_width_tail && (term * (nn + 1 + alpha) <= bound * (alpha - Real(1.5))));
     if (stopped.all()) return {h0, diff};
   }
   throw overflow_error("sigprop::LayerNorm: the hypergeometric series did not converge in a batch");
@@ -262,7 +265,13 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
   // F and F' at rho. Scalars: one evaluation. Batches of double: Gauss's
   // series on all lanes at once where half_half would use it, the
   // recurrence (small d, |rho| > 1/sqrt 2) and rho = +-1 lane by lane.
+  // Memoized per thread (core/memo.hpp): forward, the backward's replay of
+  // it and the backward's slope all ask for the same angle.
   detail::LayerNormAngle<T> angle(const T& rho) const {
+    return detail::memoized<LayerNorm>(std::array<T, 2>{d_, rho}, [&] { return compute_angle(rho); });
+  }
+
+  detail::LayerNormAngle<T> compute_angle(const T& rho) const {
     if constexpr (is_scalar_v<T> || !std::is_same_v<Real, Work>) {
       T corr = rho, slope = rho;
       for (std::size_t i = 0; i < lane_count(rho); ++i) {
