@@ -127,6 +127,29 @@ TEST_CASE("every component evaluates a batch lane by lane like scalars", "[batch
     check_lanes(near_one, [&](std::size_t i) { return sigprop::LayerNorm<double>(small[i]); },
                 [&] { return sigprop::LayerNorm<Batch>(Small); });
   }
+  SECTION("Softmax") {
+    std::vector<double> seq_int;
+    for (int i = 0; i < n; ++i) seq_int.push_back(std::floor(seq[static_cast<std::size_t>(i)] / 8));
+    const Batch Seq_int = lane_values(seq_int);
+    check_lanes(lanes, [&](std::size_t i) { return sigprop::Softmax<double>(seq_int[i]); },
+                [&] { return sigprop::Softmax<Batch>(Seq_int); });
+  }
+  SECTION("Embedding") {
+    sigprop::EmbeddingConfig<Batch> cb;
+    cb.vocab = Batch::Constant(n, 30000);
+    cb.seq_len = Seq;
+    cb.weight_var = W;
+    check_lanes(
+        lanes,
+        [&](std::size_t i) {
+          sigprop::EmbeddingConfig<double> c;
+          c.vocab = 30000;
+          c.seq_len = seq[i];
+          c.weight_var = w[i];
+          return sigprop::Embedding<double>(c);
+        },
+        [&] { return sigprop::Embedding<Batch>(cb); });
+  }
   SECTION("Attention") {
     Lanes centred(n, true);
     std::vector<double> q;
