@@ -15,35 +15,27 @@
 namespace sigprop::math {
 
 namespace detail {
-// Lazily picks T::Scalar: std::conditional_t would name double::Scalar.
+// Lazily picks T::Scalar and T::PlainObject (std::conditional_t would name
+// double::Scalar).
 template <class T, bool Scalar = is_scalar_v<T>>
-struct real_of_impl {
-  using type = T;
+struct lane_traits {
+  using real = T;
+  using plain = T;
 };
 template <class T>
-struct real_of_impl<T, false> {
-  using type = typename T::Scalar;
+struct lane_traits<T, false> {
+  using real = typename T::Scalar;
+  using plain = typename T::PlainObject;
 };
 }  // namespace detail
 
 /// The real type of a lane: T for scalars, T::Scalar for Eigen arrays.
 template <class T>
-using real_of = typename detail::real_of_impl<T>::type;
-
-namespace detail {
-template <class T, bool Scalar = is_scalar_v<T>>
-struct plain_impl {
-  using type = T;
-};
-template <class T>
-struct plain_impl<T, false> {
-  using type = typename T::PlainObject;
-};
-}  // namespace detail
+using real_of = typename detail::lane_traits<T>::real;
 
 /// The value type of a scalar or of an Eigen expression (its PlainObject).
 template <class T>
-using plain_t = typename detail::plain_impl<T>::type;
+using plain_t = typename detail::lane_traits<T>::plain;
 
 template <class T>
 constexpr real_of<T> pi() {
