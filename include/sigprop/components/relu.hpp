@@ -144,9 +144,11 @@ class Relu : public Component<Relu<T>, T> {
     // Moments at the true a; correlations at a clamped to the floor (header comment).
     const T var_std = detail::relu_standardized_cov(a, cdf, sf, pdf, T(0 * a + 1));
     const T a_corr = clamp_below(a);
-    const T cdf_c = math::normal_cdf(a_corr), pdf_c = math::normal_pdf(a_corr);
-    const T sf_c = math::normal_cdf(T(-a_corr));
-    const T var_corr = detail::relu_standardized_cov(a_corr, cdf_c, sf_c, pdf_c, T(0 * a + 1));
+    // Unless some lane is below the floor, a_corr = a: reuse what is computed.
+    const bool clamped = !all_equal(a_corr, a);
+    const T cdf_c = clamped ? math::normal_cdf(a_corr) : cdf, pdf_c = clamped ? math::normal_pdf(a_corr) : pdf;
+    const T sf_c = clamped ? math::normal_cdf(T(-a_corr)) : sf;
+    const T var_corr = clamped ? detail::relu_standardized_cov(a_corr, cdf_c, sf_c, pdf_c, T(0 * a + 1)) : var_std;
     Moments<T> out;
     out.mean = in.mean * cdf + sd * pdf;
     out.var = in.var * var_std;
@@ -165,6 +167,11 @@ class Relu : public Component<Relu<T>, T> {
   }
 
  private:
+  static bool all_equal(const T& x, const T& y) {
+    if constexpr (is_scalar_v<T>) return x == y;
+    else return (x == y).all();
+  }
+
   static T clamp_below(const T& a) {
     const auto floor = detail::relu_correlation_floor<math::real_of<T>>();
     if constexpr (is_scalar_v<T>) return a < floor ? T(floor) : a;
