@@ -290,4 +290,7 @@ TEST_CASE("sweep summarizes each point like its scalar trace, and the bounds can
   CHECK(inside > 0);
   CHECK(inside < points.size());
   CHECK_THROWS_WITH(sweep(points, {2, 0.5}), Catch::Contains("bounds.low = 2"));
+  std::vector<SweepPoint> bad = points;
+  bad[5].config.dropout = 1.5;
+  CHECK_THROWS_WITH(sweep(bad), Catch::Contains("points[5]") && Catch::Contains("dropout = 1.5"));
 }

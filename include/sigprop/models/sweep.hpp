@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <map>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -95,7 +96,11 @@ inline std::vector<SweepSummary> sweep(const std::vector<SweepPoint>& points, co
     for (std::size_t i : members) {
       const SweepPoint& p = points[i];
       configs.push_back(p.config);
-      weights.push_back(initialize(p.config, p.scheme, p.input, p.scaling));
+      try {
+        weights.push_back(initialize(p.config, p.scheme, p.input, p.scaling));
+      } catch (const domain_error& e) {  // name the point
+        throw domain_error(std::string(fn) + ": points[" + std::to_string(i) + "]: " + e.what());
+      }
     }
     const BatchTrace batch = trace_batch(configs, weights, grad_top);
     for (std::size_t j = 0; j < members.size(); ++j) out[members[j]] = summarize_trace(lane_of(batch, j), bounds);
