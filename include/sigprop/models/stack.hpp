@@ -218,9 +218,9 @@ inline Trace trace(const ModelConfig& config, const ModelWeights& weights,
 /// Lanes per evaluation of the batched trace: configurations are traced in
 /// chunks of this many, as fixed-size Eigen arrays (kept in registers and on
 /// the stack, no heap allocation per operation; 8 doubles are one AVX-512
-/// vector or two AVX2 ones). Measured with examples/benchmark
-/// (docs/performance.md): 8 and 16 lanes are 1.6-1.8x faster per lane than
-/// a dynamic array of 256.
+/// vector or two AVX2 ones). Measured on the benchmark's layer update
+/// (docs/performance.md): chunks of 8 or 16 lanes were 1.6-1.8x faster per
+/// lane than one dynamic array of 256.
 inline constexpr int batch_chunk = 8;
 using BatchChunk = Eigen::Array<double, batch_chunk, 1>;
 
