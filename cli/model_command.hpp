@@ -13,6 +13,7 @@
 #include "args.hpp"
 #include "domain_warning.hpp"
 #include "output.hpp"
+#include "sigprop/models/measures.hpp"
 #include "sigprop/models/schemes.hpp"
 
 namespace sigprop::cli {
@@ -39,8 +40,11 @@ inline const std::set<std::string>& model_flags() {
 
 inline void model_flags_usage(std::ostream& out) {
   out << "model (defaults: a BERT-base-like Pre-LN model):\n"
-         "  --arch pre-ln|post-ln (pre-ln)   --final-ln (Pre-LN: LayerNorm after the last layer)\n"
-         "  --scheme xavier|bert|dslm|dslm-simple (xavier)\n"
+         "  --scheme NAME (xavier): " << scheme_names("|") << "\n"
+         "  --arch pre-ln|post-ln|no-ln (the scheme's own: pre-ln for xavier, bert, dslm,\n"
+         "         dslm-simple, layerscale and the spike schemes; post-ln for admin,\n"
+         "         admin-code, deepnet, ds-init; no-ln for t-fixup, rezero, skipinit)\n"
+         "  --final-ln (Pre-LN: LayerNorm after the last layer)\n"
          "  --layers N (12)  --d D (768)  --heads H (12)  --ffn-mult M (4)\n"
          "  --activation relu|gelu (relu)  --seq L (256)  --dropout P (0.1)\n"
          "input (an embedding, then dropout; or measured moments):\n"
@@ -57,12 +61,10 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   constexpr const char* fn = "sigprop";
   ModelSpec s;
   ModelConfig& c = s.config;
-  c.arch = a.choice("arch", {"pre-ln", "post-ln"}, "pre-ln") == "pre-ln" ? Arch::pre_ln : Arch::post_ln;
-  const std::string scheme = a.choice("scheme", {"xavier", "bert", "dslm", "dslm-simple"}, "xavier");
-  s.scheme = scheme == "xavier" ? Scheme::xavier
-             : scheme == "bert" ? Scheme::bert
-             : scheme == "dslm" ? Scheme::dslm
-                                : Scheme::dslm_simple;
+  std::vector<std::string> scheme_list;
+  for (const SchemeInfo& i : schemes()) scheme_list.push_back(i.name);
+  s.scheme = scheme_from_string(a.choice("scheme", scheme_list, "xavier"));
+  c.arch = arch_from_string(a.choice("arch", {"pre-ln", "post-ln", "no-ln"}, to_string(native_arch(s.scheme))));
   c.layers = static_cast<std::size_t>(a.count("layers", 12));
   c.d = static_cast<std::size_t>(a.count("d", 768));
   c.heads = static_cast<std::size_t>(a.count("heads", 12));
@@ -132,7 +134,7 @@ inline ModelWeights weights_of(const ModelSpec& s) {
 inline std::string describe(const ModelSpec& s) {
   const ModelConfig& c = s.config;
   std::ostringstream o;
-  o << (c.arch == Arch::pre_ln ? "pre-ln" : "post-ln") << ", " << to_string(s.scheme) << ", N = " << c.layers
+  o << to_string(c.arch) << ", " << to_string(s.scheme) << ", N = " << c.layers
     << ", d = " << c.d << ", H = " << c.heads << ", m = " << c.ffn_mult << ", "
     << (c.activation == FfnActivation::relu ? "relu" : "gelu") << ", L = " << c.seq_len
     << ", p = " << c.dropout;
@@ -144,15 +146,22 @@ inline void table_usage(std::ostream& out) {
          "Per-layer moments of the residual stream at initialization, n = 0..N (n = 0 is\n"
          "the model input, n the output of layer n): variance, length correlation, and\n"
          "the gradient's variance and length correlation (csv/json add the mean, the\n"
-         "hidden correlation, and the values after each layer's attention sublayer).\n\n";
+         "hidden correlation, the values after each layer's attention sublayer, and\n"
+         "each sublayer's branch variance Var[f] and residual dependency beta_ii^2 =\n"
+         "Var[beta f] / Var[lambda x + beta f]). The text form ends with Admin's\n"
+         "output-change estimate sum_i beta_ii^2 and the sensitivity (median over the\n"
+         "sublayers of N beta_ii^2 / (1 - beta_ii^2)).\n\n";
   model_flags_usage(out);
 }
 
 inline void init_usage(std::ostream& out) {
-  out << "usage: sigprop init --scheme xavier|bert|dslm|dslm-simple [model flags]\n"
-         "                    [--format text|csv|json]\n\n"
+  out << "usage: sigprop init --scheme NAME [model flags] [--format text|csv|json]\n\n"
          "Per-layer, per-weight standard deviations of an initialization scheme, one row\n"
-         "per layer and weight (embedding, q, k, v, o, ffn1, ffn2; q/k/v are per head).\n\n";
+         "per layer and weight (embedding, q, k, v, o, ffn1, ffn2; q/k/v are per head),\n"
+         "and the residual scales of each sublayer, x <- lambda x + beta f(x), as rows\n"
+         "attn_skip, attn_branch, ffn_skip, ffn_branch (lambda and beta themselves). Row 0\n"
+         "has the embedding tables' std, embedding_scale (the multiplier on their sum) and\n"
+         "embedding_ln (1 with a LayerNorm on the embedding).\n\n";
   model_flags_usage(out);
 }
 
@@ -175,11 +184,14 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
       out << line;
     }
     if (!outside_domain(t).empty()) out << "# !: outside the validated domain of the closed forms (see stderr)\n";
+    out << "# output change sum beta_ii^2 = " << brief(output_change(t)) << ", sensitivity (median) = "
+        << brief(sensitivity(t)) << "\n";
     return 0;
   }
   const char* columns[] = {"layer", "var", "corr_len", "grad_var", "grad_corr_len", "mean", "corr_dim",
                            "mid_var", "mid_corr_len", "mid_grad_var", "mid_grad_corr_len", "score_var",
-                           "outside_domain"};
+                           "outside_domain", "branch_var", "residual_share", "mid_branch_var",
+                           "mid_residual_share"};
   const auto values = [&](std::size_t n) {
     const TraceRow& r = t.rows[n];
     std::vector<std::string> v = {std::to_string(n), exact(r.forward.var), exact(r.forward.corr_len),
@@ -195,6 +207,14 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
     const bool outside = any(r.caveats());
     v.push_back(exact(r.domain.score_var));
     v.push_back(spec.format == "csv" ? (outside ? "1" : "0") : (outside ? "true" : "false"));
+    v.push_back(exact(r.branch_var));
+    v.push_back(exact(r.residual_share));
+    if (n == 0) {
+      v.insert(v.end(), 2, spec.format == "csv" ? "" : "null");
+    } else {
+      v.push_back(exact(t.mid[n - 1].branch_var));
+      v.push_back(exact(t.mid[n - 1].residual_share));
+    }
     return v;
   };
   if (spec.format == "csv") {
@@ -230,23 +250,29 @@ inline int init_command(const std::vector<std::string>& words, std::ostream& out
     double std;
   };
   std::vector<Row> rows;
-  if (!spec.input.measured) rows.push_back({0, "embedding", std::sqrt(w.embedding_var)});
+  if (!spec.input.measured) {
+    rows.push_back({0, "embedding", std::sqrt(w.embedding_var)});
+    rows.push_back({0, "embedding_scale", w.embedding_scale});
+    rows.push_back({0, "embedding_ln", w.embedding_layernorm ? 1.0 : 0.0});
+  }
   for (std::size_t n = 0; n < w.layers.size(); ++n) {
     const LayerWeights& l = w.layers[n];
     for (const auto& [name, var] : {std::pair<const char*, double>{"q", l.q}, {"k", l.k}, {"v", l.v}, {"o", l.o},
                                     {"ffn1", l.ffn1}, {"ffn2", l.ffn2}})
       rows.push_back({n + 1, name, std::sqrt(var)});
+    for (const auto& [name, scale] : {std::pair<const char*, double>{"attn_skip", l.attn_skip},
+                                      {"attn_branch", l.attn_branch}, {"ffn_skip", l.ffn_skip},
+                                      {"ffn_branch", l.ffn_branch}})
+      rows.push_back({n + 1, name, scale});
   }
   if (spec.format == "text") {
     out << "# " << describe(spec) << "\n";
-    if (!w.layers.empty())
-      out << "# residual: x <- " << brief(w.layers[0].skip_scale) << " x + " << brief(w.layers[0].branch_scale)
-          << " f(x)\n";
+    out << "# residual sublayers: x <- attn_skip x + attn_branch Attn(x), x <- ffn_skip x + ffn_branch FFN(x)\n";
     char line[96];
-    std::snprintf(line, sizeof line, "%6s  %-9s  %12s\n", "layer", "weight", "std");
+    std::snprintf(line, sizeof line, "%6s  %-15s  %12s\n", "layer", "weight", "std");
     out << line;
     for (const auto& r : rows) {
-      std::snprintf(line, sizeof line, "%6zu  %-9s  %12.6g\n", r.layer, r.weight, r.std);
+      std::snprintf(line, sizeof line, "%6zu  %-15s  %12.6g\n", r.layer, r.weight, r.std);
       out << line;
     }
   } else if (spec.format == "csv") {

@@ -23,10 +23,13 @@ inline void sweep_usage(std::ostream& out) {
          "forward variance over the layer outputs, the smallest and largest gradient\n"
          "variance over the layers relative to the one at the model output and their\n"
          "ratio, whether all of them stay within the bounds, and whether any layer is\n"
-         "outside the validated domain of the closed forms.\n\n"
+         "outside the validated domain of the closed forms; then Admin's output-change\n"
+         "estimate (the sum of beta_ii^2 over the sublayers) and the sensitivity (median\n"
+         "over the sublayers of N beta_ii^2 / (1 - beta_ii^2)).\n\n"
          "Each grid flag takes a comma-separated list, and numeric ones also a range\n"
          "START:STOP:STEP (inclusive), e.g. --layers 24:192:24:\n"
-         "  --arch pre-ln,post-ln (pre-ln)     --scheme xavier,bert,dslm,dslm-simple (dslm)\n"
+         "  --scheme NAME,... (dslm): " << scheme_names(",") << "\n"
+         "  --arch pre-ln,post-ln,no-ln (each scheme's own, as in sigprop table)\n"
          "  --layers N,... (48)  --d D,... (512)  --dropout P,... (0.1)\n"
          "  --beta2-k K,... (2)  --beta2-alpha A,... (1)   residual scaling beta^2 = K/N^A\n"
          "                       (dslm schemes always; other schemes only when given)\n"
@@ -93,18 +96,18 @@ inline std::vector<std::string> word_list(const Args& a, const std::string& flag
   return out;
 }
 
-inline Scheme scheme_of(const std::string& s) {
-  return s == "xavier" ? Scheme::xavier : s == "bert" ? Scheme::bert : s == "dslm" ? Scheme::dslm : Scheme::dslm_simple;
-}
-
 }  // namespace detail
 
 inline int sweep_command(const std::vector<std::string>& words, std::ostream& out, std::ostream&) {
   const Args a(words, {"arch", "scheme", "layers", "d", "dropout", "beta2-k", "beta2-alpha", "head-dim", "ffn-mult",
                        "activation", "seq", "bounds", "format"});
   if (!a.positional().empty()) throw usage_error("sweep: unexpected argument '" + a.positional()[0] + "'");
-  const auto archs = detail::word_list(a, "arch", "pre-ln", {"pre-ln", "post-ln"});
-  const auto schemes = detail::word_list(a, "scheme", "dslm", {"xavier", "bert", "dslm", "dslm-simple"});
+  std::vector<std::string> scheme_options;
+  for (const SchemeInfo& i : sigprop::schemes()) scheme_options.push_back(i.name);
+  const auto scheme_names_given = detail::word_list(a, "scheme", "dslm", scheme_options);
+  // "" stands for each scheme's own architecture.
+  const auto archs = a.has("arch") ? detail::word_list(a, "arch", "", {"pre-ln", "post-ln", "no-ln"})
+                                   : std::vector<std::string>{""};
   const auto layers = detail::count_list(a, "layers", "48");
   const auto widths = detail::count_list(a, "d", "512");
   const auto dropouts = detail::number_list(a, "dropout", "0.1");
@@ -126,7 +129,7 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
 
   std::vector<SweepPoint> points;
   for (const auto& arch : archs)
-    for (const auto& scheme : schemes)
+    for (const auto& scheme : scheme_names_given)
       for (std::size_t n : layers)
         for (std::size_t d : widths)
           for (double p : dropouts)
@@ -134,7 +137,8 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
               for (double alpha : alphas) {
                 SweepPoint pt;
                 ModelConfig& c = pt.config;
-                c.arch = arch == "pre-ln" ? Arch::pre_ln : Arch::post_ln;
+                pt.scheme = scheme_from_string(scheme);
+                c.arch = arch.empty() ? native_arch(pt.scheme) : arch_from_string(arch);
                 c.activation = relu ? FfnActivation::relu : FfnActivation::gelu;
                 c.layers = n;
                 c.d = d;
@@ -145,7 +149,6 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
                 c.ffn_mult = static_cast<std::size_t>(ffn_mult);
                 c.seq_len = static_cast<std::size_t>(seq);
                 c.dropout = p;
-                pt.scheme = detail::scheme_of(scheme);
                 pt.scaling = {k, alpha, scaling_given};
                 points.push_back(pt);
               }
@@ -154,7 +157,7 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
 
   const char* columns[] = {"arch", "scheme", "layers", "d", "heads", "dropout", "beta2_k", "beta2_alpha",
                            "final_var", "final_corr_len", "var_min", "var_max", "grad_min", "grad_max",
-                           "grad_ratio", "within_bounds", "outside_domain"};
+                           "grad_ratio", "within_bounds", "outside_domain", "output_change", "sensitivity"};
   const bool csv = format == "csv";
   if (csv) {
     for (std::size_t i = 0; i < std::size(columns); ++i) out << (i ? "," : "") << columns[i];
@@ -169,12 +172,13 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
     const auto flag = [csv](bool b) { return std::string(csv ? (b ? "1" : "0") : (b ? "true" : "false")); };
     const auto text = [csv](const std::string& w) { return csv ? w : quoted(w); };
     const std::vector<std::string> v = {
-        text(pt.config.arch == Arch::pre_ln ? "pre-ln" : "post-ln"), text(to_string(pt.scheme)),
+        text(to_string(pt.config.arch)), text(to_string(pt.scheme)),
         std::to_string(pt.config.layers), std::to_string(pt.config.d), std::to_string(pt.config.heads),
         exact(pt.config.dropout), scaled ? exact(pt.scaling.k) : (csv ? "" : "null"),
         scaled ? exact(pt.scaling.alpha) : (csv ? "" : "null"), exact(s.final_var), exact(s.final_corr_len),
         exact(s.var_min), exact(s.var_max), exact(s.grad_min), exact(s.grad_max), exact(s.grad_ratio),
-        flag(s.within_bounds), flag(s.outside_domain)};
+        flag(s.within_bounds), flag(s.outside_domain), exact(s.output_change),
+        csv || std::isfinite(s.sensitivity) ? exact(s.sensitivity) : "null"};  // +inf: a sublayer without skip
     if (csv) {
       for (std::size_t j = 0; j < v.size(); ++j) out << (j ? "," : "") << v[j];
       out << "\n";

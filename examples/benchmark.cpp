@@ -83,10 +83,10 @@ struct LayerUpdate {
 
   T operator()() const {
     // Pre-LN sublayers, as detail::with_sublayer builds them for the trace.
-    const T skip = weights.skip_scale, branch = weights.branch_scale;
-    const auto attention =
-        residual(serial(LayerNorm<T>(shape.d), detail::make_attention_block(shape, weights)), skip, branch);
-    const auto ffn = residual(serial(LayerNorm<T>(shape.d), detail::make_ffn_block<Relu<T>>(shape, weights)), skip, branch);
+    const auto attention = residual(serial(LayerNorm<T>(shape.d), detail::make_attention_block(shape, weights)),
+                                    T(weights.attn_skip), T(weights.attn_branch));
+    const auto ffn = residual(serial(LayerNorm<T>(shape.d), detail::make_ffn_block<Relu<T>>(shape, weights)),
+                              T(weights.ffn_skip), T(weights.ffn_branch));
     const Moments<T> mid = attention.forward(input);
     const Moments<T> out = ffn.forward(mid);
     const GradMoments<T> g_mid = ffn.backward(mid, grad_top);
@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
       const Chunk scale = 0.5 + lane;
       const BatchLayerWeights<Chunk> bw{scale * w.q,    scale * w.k,    scale * w.v,
                                         scale * w.o,    scale * w.ffn1, scale * w.ffn2,
-                                        Chunk::Constant(w.skip_scale), Chunk::Constant(w.branch_scale)};
+                                        Chunk::Constant(w.attn_skip), Chunk::Constant(w.attn_branch),
+                                        Chunk::Constant(w.ffn_skip),  Chunk::Constant(w.ffn_branch)};
       const Moments<Chunk> bx{Chunk::Constant(x.mean), Chunk::Constant(x.var), 0.9 * lane, Chunk::Zero()};
       const GradMoments<Chunk> btop{Chunk::Ones(), Chunk::Constant(top.corr_len)};
       chunks.push_back({s, bw, bx, btop});

@@ -130,11 +130,11 @@ TEST_CASE("cli: table and init formats", "[cli][models]") {
   CHECK(std::count(json.out.begin(), json.out.end(), '{') == 4);
   const Outcome text = run({"table"});
   REQUIRE(text.status == 0);
-  CHECK(std::count(text.out.begin(), text.out.end(), '\n') == 2 + 13);  // description, header, n = 0..12
+  CHECK(std::count(text.out.begin(), text.out.end(), '\n') == 3 + 13);  // description, header, n = 0..12, measures
   const Outcome init = run({"init", "--scheme", "dslm", "--layers", "2", "--format", "csv"});
   REQUIRE(init.status == 0);
   CHECK(init.out.rfind("layer,weight,std\n0,embedding,", 0) == 0);
-  CHECK(std::count(init.out.begin(), init.out.end(), '\n') == 1 + 1 + 2 * 6);
+  CHECK(std::count(init.out.begin(), init.out.end(), '\n') == 1 + 3 + 2 * 10);  // header, embedding rows, 6 weights + 4 scales per layer
   // Measured input replaces the embedding: no embedding row.
   const Outcome measured = run({"init", "--scheme", "xavier", "--layers", "1", "--input-var", "1",
                                 "--input-corr-len", "0.2", "--format", "csv"});
@@ -161,8 +161,9 @@ TEST_CASE("cli: results outside the validated domain are flagged, not refused", 
   csv_args.insert(csv_args.end(), {"--format", "csv"});
   const Outcome csv = run(csv_args);
   CHECK(csv.status == 0);
-  CHECK(csv.out.find(",score_var,outside_domain\n") != std::string::npos);
-  CHECK(csv.out.find(",0\n") != std::string::npos);  // the input row
+  CHECK(csv.out.find(",score_var,outside_domain,branch_var,residual_share,mid_branch_var,mid_residual_share\n") !=
+        std::string::npos);
+  CHECK(csv.out.find(",0,0,0,0,,\n") != std::string::npos);  // the input row: inside, no branch
   CHECK(std::count(csv.out.begin(), csv.out.end(), '\n') == 5);
   // Xavier Q/K: inside, no warning, no marks.
   const Outcome plain = run({"table", "--layers", "3", "--d", "128", "--heads", "4", "--seq", "128"});
@@ -190,7 +191,7 @@ TEST_CASE("cli: sweep prints one summary per grid point, matching the library", 
   std::string header, line;
   std::getline(lines, header);
   CHECK(header == "arch,scheme,layers,d,heads,dropout,beta2_k,beta2_alpha,final_var,final_corr_len,var_min,var_max,"
-                  "grad_min,grad_max,grad_ratio,within_bounds,outside_domain");
+                  "grad_min,grad_max,grad_ratio,within_bounds,outside_domain,output_change,sensitivity");
   std::vector<std::string> rows;
   while (std::getline(lines, line)) rows.push_back(line);
   CHECK(rows.size() == 2 * 2 * 2 * 2);  // arch x scheme x layers {4, 8} x dropout

@@ -28,8 +28,8 @@ TEST_CASE("schemes: the per-entry variances of each preset", "[schemes]") {
   CHECK(x.layers[0].v == Approx(2 / (d + dk)).epsilon(1e-15));
   CHECK(x.layers[0].o == Approx(1 / d).epsilon(1e-15));
   CHECK(x.layers[0].ffn1 == Approx(2 / (d + m * d)).epsilon(1e-15));
-  CHECK(x.layers[0].skip_scale == 1);
-  CHECK(x.layers[0].branch_scale == 1);
+  CHECK(x.layers[0].attn_skip == 1);
+  CHECK(x.layers[0].attn_branch == 1);
   CHECK(x.embedding_var == Approx((1 - p) / 3).epsilon(1e-15));
   CHECK(x.input.var == Approx(1).epsilon(1e-14));  // (1-p)/K per table, then dropout
   const auto b = initialize(c, Scheme::bert);
@@ -38,13 +38,13 @@ TEST_CASE("schemes: the per-entry variances of each preset", "[schemes]") {
   const auto s = initialize(c, Scheme::dslm_simple);
   CHECK(s.layers[0].q == Approx(1 / d).epsilon(1e-15));
   CHECK(s.layers[0].v == Approx(std::sqrt((1 - p) / 2) / d).epsilon(1e-15));
-  CHECK(s.layers[0].branch_scale == Approx(std::sqrt(2.0 / 6)).epsilon(1e-15));  // beta^2 = 2/N
-  CHECK(s.layers[0].skip_scale == Approx(std::sqrt(1 - 2.0 / 6)).epsilon(1e-15));
+  CHECK(s.layers[0].attn_branch == Approx(std::sqrt(2.0 / 6)).epsilon(1e-15));  // beta^2 = 2/N
+  CHECK(s.layers[0].ffn_skip == Approx(std::sqrt(1 - 2.0 / 6)).epsilon(1e-15));
   ResidualScaling k3;
   k3.k = 2;
   k3.alpha = 0.5;
   const auto s3 = initialize(c, Scheme::dslm_simple, {}, k3);
-  CHECK(s3.layers[0].branch_scale == Approx(std::sqrt(2 / std::sqrt(6.0))).epsilon(1e-15));
+  CHECK(s3.layers[0].ffn_branch == Approx(std::sqrt(2 / std::sqrt(6.0))).epsilon(1e-15));
 }
 
 TEST_CASE("schemes: full DSLM gives unit block outputs, also for GeLU (root finding)", "[schemes]") {

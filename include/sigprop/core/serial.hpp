@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "sigprop/core/component.hpp"
@@ -84,6 +85,14 @@ class Serial : public Component<Serial<T, Parts...>, T> {
 
   std::tuple<Parts...> parts_;
 };
+
+/// True for Serial<...> (compositions that can be taken apart with part<I>()).
+template <class C>
+struct is_serial : std::false_type {};
+template <class T, class... Parts>
+struct is_serial<Serial<T, Parts...>> : std::true_type {};
+template <class C>
+inline constexpr bool is_serial_v = is_serial<C>::value;
 
 /// serial(a, b, c): x -> c(b(a(x))). All parts must share the value type T.
 template <class First, class... Rest>

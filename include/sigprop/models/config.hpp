@@ -19,7 +19,25 @@ namespace sigprop {
 enum class Arch {
   pre_ln,   ///< x = lambda x + beta f(LN(x))
   post_ln,  ///< x = LN(lambda x + beta f(x))
+  no_ln,    ///< x = lambda x + beta f(x), no normalization (T-Fixup, ReZero, SkipInit)
 };
+
+inline const char* to_string(Arch a) {
+  switch (a) {
+    case Arch::pre_ln: return "pre-ln";
+    case Arch::post_ln: return "post-ln";
+    case Arch::no_ln: return "no-ln";
+  }
+  return "?";
+}
+
+/// The architecture spelled `name` ("pre-ln", "post-ln", "no-ln").
+inline Arch arch_from_string(const std::string& name) {
+  for (Arch a : {Arch::pre_ln, Arch::post_ln, Arch::no_ln})
+    if (name == to_string(a)) return a;
+  throw domain_error("sigprop::arch_from_string: arch = '" + name +
+                     "' is outside the valid range {pre-ln, post-ln, no-ln}");
+}
 
 enum class FfnActivation { relu, gelu };
 
@@ -54,19 +72,32 @@ struct ModelConfig {
   }
 };
 
-/// Per-entry weight variances of one layer and its residual scales.
+/// Per-entry weight variances of one layer and the residual scales of its
+/// two sublayers, x <- lambda x + beta f(x) (lambda: skip, beta: branch).
 struct LayerWeights {
   double q = 0, k = 0, v = 0, o = 0;  ///< attention projections (d x d/H per head; O is d x d)
   double ffn1 = 0, ffn2 = 0;          ///< FFN d x m d and m d x d
-  double skip_scale = 1;              ///< lambda
-  double branch_scale = 1;            ///< beta
+  double attn_skip = 1, attn_branch = 1;  ///< lambda, beta of the attention sublayer
+  double ffn_skip = 1, ffn_branch = 1;    ///< lambda, beta of the FFN sublayer
+
+  /// Both sublayers get lambda = skip, beta = branch.
+  void set_residual(double skip, double branch) {
+    attn_skip = ffn_skip = skip;
+    attn_branch = ffn_branch = branch;
+  }
 };
 
-/// An initialization: the model input moments (after the embedding and its
-/// dropout) and each layer's weights.
+/// An initialization: the model input moments (after the embedding, its
+/// dropout and, with an embedding LayerNorm, that LayerNorm) and each layer's
+/// weights.
 struct ModelWeights {
   Moments<double> input{0, 1, 0, 0};
   double embedding_var = 0;  ///< per-entry variance of each embedding table (0: input given directly)
+  double embedding_scale = 1;  ///< multiplier on the summed tables (Scaled Embed: sqrt(d))
+  /// An embedding LayerNorm (Spike No More's Embed LN): `input` is its output
+  /// and `embedding_output` what it normalizes.
+  bool embedding_layernorm = false;
+  Moments<double> embedding_output{0, 1, 0, 0};
   std::vector<LayerWeights> layers;
 };
 

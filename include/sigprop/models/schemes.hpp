@@ -1,24 +1,44 @@
 // sigprop/models/schemes.hpp -- initialization schemes: per-layer weight
-// variances and residual scales for a model shape.
+// variances, residual scales and embedding options for a model shape.
 //
-// References: Kedia et al. (ICML 2024) section 3.5 and appendices G.3-G.6, N
-// (DeepScaleLM); Glorot and Bengio (AISTATS 2010) for Xavier; Devlin et al.
-// (NAACL 2019) for BERT's N(0, 0.02^2).
+// Every scheme of the source papers and the usual rivals (docs/schemes.md
+// lists each with its reference and the choices made where a paper is
+// silent). Widths: d, head width d_k = d/H, FFN width m d, N layers,
+// dropout p, layer index l = 1..N; "xavier" below is the xavier row.
 //
-//   xavier      every matrix 2/(fan_in + fan_out); Q/K/V per head (d x d/H), as
-//               in the paper, so C1 = d^2 so sv/(1-p) ~ 2.2 and C2 ~ 0.4 at p = 0.1
-//   bert        every matrix (and embedding table) 0.02^2
-//   dslm-simple Q, K: 1/d; V, O, W1, W2: (1/d) sqrt((1-p)/2) (block output
-//               variance 1 for a ReLU FFN with m = 4); beta^2 = k/N^alpha
-//   dslm        Q, K: 1/d; V = O and W1 = W2 chosen per layer so that each block
-//               outputs variance exactly 1 given the moments that reach it
-//               (the paper's (1/d) sqrt((1-p)/r_n) is the large-L, r > 0 limit
-//               of this, and blows up as r -> 0; solving the closed forms for
-//               unit variance does not). beta^2 = k/N^alpha.
-// Embeddings: K tables followed by dropout; each table gets (1-p)/K so the
-// model input has variance 1 (all schemes but bert).
+//   xavier      Glorot and Bengio (AISTATS 2010): every matrix 2/(fan_in + fan_out);
+//               Q/K/V per head (d x d/H), as in the DeepScaleLM paper
+//   bert        Devlin et al. (NAACL 2019): every matrix and table 0.02^2
+//   dslm-simple Kedia et al. (ICML 2024) 3.5, G.5: Q, K: 1/d; V, O, W1, W2:
+//               (1/d) sqrt((1-p)/2); beta^2 = k/N^alpha (k = 2, alpha = 1)
+//   dslm        the same with V = O and W1 = W2 solved per layer for unit
+//               block output variance (G.3, G.4; see below)
+//   admin       Liu et al. (EMNLP 2020) 4.3: Post-LN, xavier, shortcut scale
+//               omega_i = sqrt(sum_{j<i} Var[f_j]) over the sublayers j before
+//               sublayer i, Var[f_j] from a profiling pass of the same model with
+//               omega = 1 (here: the closed-form trace instead of a forward pass);
+//               omega_1 = 0 as the formula reads
+//   admin-code  the authors' code: omega_i^2 = Var[x_0] + sum_{j<i} Var[f_j]
+//   deepnet     Wang et al. (2022) DeepNorm, encoder: Post-LN with skip scale
+//               alpha = (2N)^(1/4); Q, K: 1/d (Xavier of d x d), V, O: (1/d) b^2,
+//               W1, W2: xavier b^2, b = (8N)^(-1/4)
+//   ds-init     Zhang et al. (EMNLP 2019): xavier of layer l times 1/l (std 1/sqrt l)
+//   t-fixup     Huang et al. (ICML 2020), encoder: no LayerNorm, xavier with V, O,
+//               W1, W2 times (0.67 N^(-1/4))^2
+//   layerscale  Touvron et al. (ICCV 2021, CaiT): Pre-LN, xavier, branch scale
+//               eps = 0.1 (N <= 18), 1e-5 (N <= 24), 1e-6 (deeper)
+//   rezero      Bachlechner et al. (2021): no LayerNorm, xavier, branch scale 0
+//   skipinit    De and Smith (NeurIPS 2020): the same at initialization
+//   spike-vanilla       Takase et al. ("Spike No More") 3: Pre-LN, every matrix and
+//                       table 2/(5d), W2 and O further times 1/(2N)
+//   scaled-embed        spike-vanilla with the embedding times sqrt(d)
+//   embed-ln            spike-vanilla with a LayerNorm on the embedding
+//   xavier-scaled-embed xavier (tables too: 2/(vocab + d)) with the embedding times sqrt(d)
+// Embeddings (all other schemes): K tables followed by dropout; each table
+// gets (1-p)/K so the model input has variance 1.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -31,23 +51,77 @@
 
 namespace sigprop {
 
-enum class Scheme { xavier, bert, dslm, dslm_simple };
+enum class Scheme {
+  xavier, bert, dslm, dslm_simple, admin, admin_code, deepnet, ds_init, t_fixup, layerscale, rezero, skipinit,
+  spike_vanilla, scaled_embed, embed_ln, xavier_scaled_embed
+};
 
-inline const char* to_string(Scheme s) {
-  switch (s) {
-    case Scheme::xavier: return "xavier";
-    case Scheme::bert: return "bert";
-    case Scheme::dslm: return "dslm";
-    case Scheme::dslm_simple: return "dslm-simple";
-  }
-  return "?";
+/// A scheme's name (as the command line spells it), the architecture it was
+/// published with, and where it comes from.
+struct SchemeInfo {
+  Scheme scheme;
+  const char* name;
+  Arch arch;
+  const char* reference;
+};
+
+inline const std::array<SchemeInfo, 16>& schemes() {
+  static const std::array<SchemeInfo, 16> table{{
+      {Scheme::xavier, "xavier", Arch::pre_ln, "Glorot and Bengio, AISTATS 2010"},
+      {Scheme::bert, "bert", Arch::pre_ln, "Devlin et al., NAACL 2019"},
+      {Scheme::dslm, "dslm", Arch::pre_ln, "Kedia et al., ICML 2024, 3.5 and G.3-G.4"},
+      {Scheme::dslm_simple, "dslm-simple", Arch::pre_ln, "Kedia et al., ICML 2024, 3.5 and G.5"},
+      {Scheme::admin, "admin", Arch::post_ln, "Liu et al., EMNLP 2020, 4.3"},
+      {Scheme::admin_code, "admin-code", Arch::post_ln, "Liu et al., EMNLP 2020, the authors' code"},
+      {Scheme::deepnet, "deepnet", Arch::post_ln, "Wang et al., DeepNet, 2022 (encoder)"},
+      {Scheme::ds_init, "ds-init", Arch::post_ln, "Zhang et al., EMNLP 2019"},
+      {Scheme::t_fixup, "t-fixup", Arch::no_ln, "Huang et al., ICML 2020 (encoder)"},
+      {Scheme::layerscale, "layerscale", Arch::pre_ln, "Touvron et al., ICCV 2021 (CaiT)"},
+      {Scheme::rezero, "rezero", Arch::no_ln, "Bachlechner et al., UAI 2021"},
+      {Scheme::skipinit, "skipinit", Arch::no_ln, "De and Smith, NeurIPS 2020"},
+      {Scheme::spike_vanilla, "spike-vanilla", Arch::pre_ln, "Takase et al., Spike No More, 3 (Vanilla)"},
+      {Scheme::scaled_embed, "scaled-embed", Arch::pre_ln, "Takase et al., Spike No More, 4 (Scaled Embed)"},
+      {Scheme::embed_ln, "embed-ln", Arch::pre_ln, "Takase et al., Spike No More, 4 (Embed LN)"},
+      {Scheme::xavier_scaled_embed, "xavier-scaled-embed", Arch::pre_ln,
+       "Takase et al., Spike No More, C (Xavier Init + Scaled Embed)"},
+  }};
+  return table;
 }
 
-/// What feeds the first layer: an embedding (tables summed, then dropout) or
-/// measured input moments.
+inline const SchemeInfo& info(Scheme s) {
+  for (const SchemeInfo& i : schemes())
+    if (i.scheme == s) return i;
+  return schemes()[0];
+}
+
+inline const char* to_string(Scheme s) { return info(s).name; }
+
+/// The architecture the scheme was published with (the default of the CLI).
+inline Arch native_arch(Scheme s) { return info(s).arch; }
+
+/// All scheme names, comma-separated.
+inline std::string scheme_names(const char* separator = ", ") {
+  std::string all;
+  for (const SchemeInfo& i : schemes()) all += (all.empty() ? "" : separator) + std::string(i.name);
+  return all;
+}
+
+/// The scheme called `name`; throws domain_error naming the valid names.
+inline Scheme scheme_from_string(const std::string& name) {
+  for (const SchemeInfo& i : schemes())
+    if (name == i.name) return i.scheme;
+  throw domain_error("sigprop::scheme_from_string: scheme = '" + name + "' is outside the valid range {" +
+                     scheme_names() + "}");
+}
+
+/// What feeds the first layer: an embedding (tables summed, times
+/// `embedding_scale`, then dropout, then optionally a LayerNorm) or measured
+/// input moments.
 struct InputSpec {
   double vocab = 32000;
   bool token = true, position = true, segment = true;
+  double embedding_scale = 1;        ///< multiplies the summed tables (schemes may multiply it further)
+  bool embedding_layernorm = false;  ///< a LayerNorm on the embedding (schemes may set it)
   std::optional<Moments<double>> measured;  ///< replaces the embedding model when set
 };
 
@@ -55,7 +129,9 @@ struct InputSpec {
 struct ResidualScaling {
   double k = 2;
   double alpha = 1;
-  bool enabled = false;  ///< applied by the dslm schemes; set to apply it to any scheme
+  /// Applied by the dslm schemes; set to apply it to any scheme (it then
+  /// replaces the scheme's own residual scales).
+  bool enabled = false;
 };
 
 /// Explicit per-entry variances that replace the scheme's, in every layer.
@@ -69,13 +145,13 @@ inline double table_count(const InputSpec& in) {
   return static_cast<double>(in.token) + static_cast<double>(in.position) + static_cast<double>(in.segment);
 }
 
-/// Model input moments: Dropout(p)(Embedding(tables)).
-inline Moments<double> embedding_input(const ModelConfig& c, const InputSpec& in, double table_var) {
-  if (in.measured) return Embedding<double>::measured(*in.measured).forward({});
+/// The embedding output: Dropout(p)(Embedding(tables)), the tables' sum
+/// scaled by `scale` (equivalently, tables of variance scale^2 table_var).
+inline Moments<double> embedding_output(const ModelConfig& c, const InputSpec& in, double table_var, double scale) {
   EmbeddingConfig<double> e;
   e.vocab = in.vocab;
   e.seq_len = static_cast<double>(c.seq_len);
-  e.weight_var = table_var;
+  e.weight_var = scale * scale * table_var;
   e.token = in.token;
   e.position = in.position;
   e.segment = in.segment;
@@ -95,38 +171,98 @@ double solve_unit_variance(const char* what, F output_var, double guess) {
   return std::exp((r.first + r.second) / 2);
 }
 
+// Full DeepScaleLM: walk the stack, choosing V = O and W1 = W2 per layer so
+// that each block outputs unit variance for the moments that reach it (the
+// paper's (1/d) sqrt((1-p)/r_n) is the large-L, r > 0 limit of this, and
+// blows up as r -> 0; solving the closed forms for unit variance does not).
+inline void solve_dslm(const ModelConfig& config, const WeightOverrides& overrides, ModelWeights& weights) {
+  const double d = static_cast<double>(config.d);
+  Moments<double> x = weights.input;
+  for (auto& w : weights.layers) {
+    const auto block_input = [&](const Moments<double>& s) {
+      return config.arch == Arch::pre_ln ? LayerNorm<double>(d).forward(s) : s;
+    };
+    const Moments<double> h = block_input(x);
+    if (!overrides.v && !overrides.o) {
+      const double s = solve_unit_variance("the attention block", [&](double vo) {
+        LayerWeights t = w;
+        t.v = t.o = vo;
+        return make_attention_block(config, t).forward(h).var;
+      }, w.v);
+      w.v = w.o = s;
+    }
+    const auto sub_attn = [&](const auto& sub) { return sub.forward(x); };
+    const Moments<double> mid =
+        with_sublayer(config, w, Sublayer::attention, make_attention_block(config, w), sub_attn);
+    const Moments<double> h2 = block_input(mid);
+    if (!overrides.ffn1 && !overrides.ffn2) {
+      const double s = solve_unit_variance("the FFN block", [&](double f) {
+        LayerWeights t = w;
+        t.ffn1 = t.ffn2 = f;
+        return config.activation == FfnActivation::relu ? make_ffn_block<Relu<double>>(config, t).forward(h2).var
+                                                        : make_ffn_block<Gelu<double>>(config, t).forward(h2).var;
+      }, w.ffn1);
+      w.ffn1 = w.ffn2 = s;
+    }
+    const auto sub_ffn = [&](const auto& sub) { return sub.forward(mid); };
+    x = config.activation == FfnActivation::relu
+            ? with_sublayer(config, w, Sublayer::ffn, make_ffn_block<Relu<double>>(config, w), sub_ffn)
+            : with_sublayer(config, w, Sublayer::ffn, make_ffn_block<Gelu<double>>(config, w), sub_ffn);
+  }
+}
+
+// Admin: omega_i from the branch variances of a profiling pass (the trace of
+// the same model with omega = 1), sublayers in order attn_1, ffn_1, attn_2, ...
+inline void solve_admin(const ModelConfig& config, bool code_variant, ModelWeights& weights) {
+  ModelWeights profile = weights;
+  for (auto& w : profile.layers) w.set_residual(1, 1);
+  const auto run = [&] {
+    ModelConfig c = config;
+    c.attention_gradient = AttentionGradient::value_path_only;  // the forward pass is all it needs
+    return detail::trace_dispatch(shape_of(c), profile.layers, profile.input, GradMoments<double>{1, 0});
+  };
+  const Trace t = run();
+  double sum = code_variant ? weights.input.var : 0;
+  for (std::size_t n = 0; n < weights.layers.size(); ++n) {
+    LayerWeights& w = weights.layers[n];
+    w.attn_skip = std::sqrt(sum);
+    w.attn_branch = 1;
+    sum += t.mid[n].branch_var;
+    w.ffn_skip = std::sqrt(sum);
+    w.ffn_branch = 1;
+    sum += t.rows[n + 1].branch_var;
+  }
+}
+
 }  // namespace detail
 
-/// Per-layer weights of `scheme` for the model shape `config`.
+/// Per-layer weights of `scheme` for the model shape `config` (any
+/// architecture: `native_arch(scheme)` is the one it was published with).
 inline ModelWeights initialize(const ModelConfig& config, Scheme scheme, const InputSpec& input = {},
                                ResidualScaling scaling = {}, const WeightOverrides& overrides = {}) {
   constexpr const char* fn = "sigprop::initialize";
   config.validate(fn);
+  require_positive(fn, "embedding_scale", input.embedding_scale);
   const double d = static_cast<double>(config.d), dk = static_cast<double>(config.head_width());
   const double m = static_cast<double>(config.ffn_mult), p = config.dropout;
   const double N = static_cast<double>(config.layers);
-  const bool dslm = scheme == Scheme::dslm || scheme == Scheme::dslm_simple;
-  if (dslm) scaling.enabled = true;
-  double beta2 = 1, lambda2 = 1;
-  if (scaling.enabled) {
-    require_positive(fn, "beta2_k", scaling.k);
-    require_finite(fn, "beta2_alpha", scaling.alpha);
-    beta2 = scaling.k / std::pow(N, scaling.alpha);
-    if (!(beta2 > 0 && beta2 <= 1))
-      throw domain_error(std::string(fn) + ": beta^2 = k/N^alpha = " + sigprop::detail::format_number(beta2) +
-                         " is outside the valid range (0, 1] (lambda^2 = 1 - beta^2 must be >= 0)");
-    lambda2 = 1 - beta2;
-  }
+  if (scheme == Scheme::dslm || scheme == Scheme::dslm_simple) scaling.enabled = true;
 
-  LayerWeights base;
-  base.skip_scale = std::sqrt(lambda2);
-  base.branch_scale = std::sqrt(beta2);
+  // Per-entry variances of the xavier row, the base of most schemes.
+  LayerWeights xavier;
+  xavier.q = xavier.k = xavier.v = 2 / (d + dk);
+  xavier.o = 1 / d;
+  xavier.ffn1 = xavier.ffn2 = 2 / (d + m * d);
+
+  LayerWeights base = xavier;
   double table_var = (1 - p) / std::max(detail::table_count(input), 1.0);
+  double embedding_scale = input.embedding_scale;
+  bool embedding_layernorm = input.embedding_layernorm;
   switch (scheme) {
     case Scheme::xavier:
-      base.q = base.k = base.v = 2 / (d + dk);
-      base.o = 1 / d;
-      base.ffn1 = base.ffn2 = 2 / (d + m * d);
+    case Scheme::ds_init:  // scaled per layer below
+    case Scheme::admin:    // omega solved below
+    case Scheme::admin_code:
       break;
     case Scheme::bert:
       base.q = base.k = base.v = base.o = base.ffn1 = base.ffn2 = 0.02 * 0.02;
@@ -137,6 +273,53 @@ inline ModelWeights initialize(const ModelConfig& config, Scheme scheme, const I
       base.q = base.k = 1 / d;
       base.v = base.o = base.ffn1 = base.ffn2 = std::sqrt((1 - p) / 2) / d;
       break;
+    case Scheme::deepnet: {
+      const double b2 = 1 / std::sqrt(8 * N);  // b^2, b = (8N)^(-1/4)
+      base.q = base.k = 1 / d;
+      base.v = base.o = b2 / d;
+      base.ffn1 = base.ffn2 = b2 * xavier.ffn1;
+      base.set_residual(std::pow(2 * N, 0.25), 1);
+      break;
+    }
+    case Scheme::t_fixup: {
+      const double s2 = 0.67 * 0.67 / std::sqrt(N);
+      base.v *= s2;
+      base.o *= s2;
+      base.ffn1 *= s2;
+      base.ffn2 *= s2;
+      break;
+    }
+    case Scheme::layerscale:
+      base.set_residual(1, N <= 18 ? 0.1 : N <= 24 ? 1e-5 : 1e-6);
+      break;
+    case Scheme::rezero:
+    case Scheme::skipinit:
+      base.set_residual(1, 0);
+      break;
+    case Scheme::spike_vanilla:
+    case Scheme::scaled_embed:
+    case Scheme::embed_ln: {
+      const double v = 2 / (5 * d);
+      base.q = base.k = base.v = base.ffn1 = v;
+      base.o = base.ffn2 = v / (2 * N);
+      table_var = v;
+      if (scheme == Scheme::scaled_embed) embedding_scale *= std::sqrt(d);
+      if (scheme == Scheme::embed_ln) embedding_layernorm = true;
+      break;
+    }
+    case Scheme::xavier_scaled_embed:
+      table_var = 2 / (input.vocab + d);
+      embedding_scale *= std::sqrt(d);
+      break;
+  }
+  if (scaling.enabled) {
+    require_positive(fn, "beta2_k", scaling.k);
+    require_finite(fn, "beta2_alpha", scaling.alpha);
+    const double beta2 = scaling.k / std::pow(N, scaling.alpha);
+    if (!(beta2 > 0 && beta2 <= 1))
+      throw domain_error(std::string(fn) + ": beta^2 = k/N^alpha = " + sigprop::detail::format_number(beta2) +
+                         " is outside the valid range (0, 1] (lambda^2 = 1 - beta^2 must be >= 0)");
+    base.set_residual(std::sqrt(1 - beta2), std::sqrt(beta2));
   }
   if (overrides.embedding) table_var = *overrides.embedding;
   const auto apply = [&](LayerWeights& w) {
@@ -147,48 +330,30 @@ inline ModelWeights initialize(const ModelConfig& config, Scheme scheme, const I
     if (overrides.ffn1) w.ffn1 = *overrides.ffn1;
     if (overrides.ffn2) w.ffn2 = *overrides.ffn2;
   };
-  apply(base);
 
   ModelWeights weights;
-  weights.embedding_var = input.measured ? 0 : table_var;
-  weights.input = detail::embedding_input(config, input, table_var);
-  weights.layers.assign(config.layers, base);
-  if (scheme != Scheme::dslm) return weights;
-
-  // Full DeepScaleLM: walk the stack, choosing V = O and W1 = W2 per layer so
-  // that each block outputs unit variance for the moments that reach it.
-  Moments<double> x = weights.input;
-  for (auto& w : weights.layers) {
-    const auto block_input = [&](const Moments<double>& s) {
-      return config.arch == Arch::pre_ln ? LayerNorm<double>(d).forward(s) : s;
-    };
-    const Moments<double> h = block_input(x);
-    if (!overrides.v && !overrides.o) {
-      const double s = detail::solve_unit_variance("the attention block", [&](double vo) {
-        LayerWeights t = w;
-        t.v = t.o = vo;
-        return detail::make_attention_block(config, t).forward(h).var;
-      }, w.v);
-      w.v = w.o = s;
-    }
-    const auto sub_attn = [&](const auto& sub) { return sub.forward(x); };
-    const Moments<double> mid = detail::with_sublayer(config, w, detail::make_attention_block(config, w), sub_attn);
-    const Moments<double> h2 = block_input(mid);
-    if (!overrides.ffn1 && !overrides.ffn2) {
-      const double s = detail::solve_unit_variance("the FFN block", [&](double f) {
-        LayerWeights t = w;
-        t.ffn1 = t.ffn2 = f;
-        return config.activation == FfnActivation::relu
-                   ? detail::make_ffn_block<Relu<double>>(config, t).forward(h2).var
-                   : detail::make_ffn_block<Gelu<double>>(config, t).forward(h2).var;
-      }, w.ffn1);
-      w.ffn1 = w.ffn2 = s;
-    }
-    const auto sub_ffn = [&](const auto& sub) { return sub.forward(mid); };
-    x = config.activation == FfnActivation::relu
-            ? detail::with_sublayer(config, w, detail::make_ffn_block<Relu<double>>(config, w), sub_ffn)
-            : detail::with_sublayer(config, w, detail::make_ffn_block<Gelu<double>>(config, w), sub_ffn);
+  if (input.measured) {
+    weights.input = Embedding<double>::measured(*input.measured).forward({});
+  } else {
+    weights.embedding_var = table_var;
+    weights.embedding_scale = embedding_scale;
+    weights.embedding_output = detail::embedding_output(config, input, table_var, embedding_scale);
+    weights.embedding_layernorm = embedding_layernorm;
+    weights.input = embedding_layernorm ? LayerNorm<double>(d).forward(weights.embedding_output)
+                                        : weights.embedding_output;
   }
+  weights.layers.assign(config.layers, base);
+  for (std::size_t n = 0; n < weights.layers.size(); ++n) {
+    LayerWeights& w = weights.layers[n];
+    if (scheme == Scheme::ds_init) {  // variance 1/l in layer l (std 1/sqrt l)
+      const double l = static_cast<double>(n + 1);
+      for (double* x : {&w.q, &w.k, &w.v, &w.o, &w.ffn1, &w.ffn2}) *x /= l;
+    }
+    apply(w);
+  }
+  if (scheme == Scheme::dslm) detail::solve_dslm(config, overrides, weights);
+  if ((scheme == Scheme::admin || scheme == Scheme::admin_code) && !scaling.enabled)
+    detail::solve_admin(config, scheme == Scheme::admin_code, weights);
   return weights;
 }
 

@@ -6,7 +6,10 @@
 // sublayer is built by composing components, nothing is re-derived:
 //   Pre-LN : residual(serial(LayerNorm(d), block), lambda, beta)
 //   Post-LN: serial(residual(block, lambda, beta), LayerNorm(d))
-// with block = attention_block(...) or ffn_block<Relu|Gelu>(...).
+//   no LN  : residual(block, lambda, beta)
+// with block = attention_block(...) or ffn_block<Relu|Gelu>(...). Each row
+// also records the residual dependency beta_{i,i}^2 of the sublayer that
+// produced it (Liu et al. 2020, "Admin", section 4.1).
 #pragma once
 
 #include <algorithm>
@@ -35,6 +38,13 @@ struct BasicTraceRow {
   /// Validity measures of the closed forms that produced this row (the
   /// worst over the layer's sublayers; core/domain.hpp). 0 for the input row.
   Domain<T> domain;
+  /// Var[f(h)] of the branch of the sublayer that produced this row (before
+  /// its scale beta); 0 for the input row.
+  T branch_var{0};
+  /// Admin's residual dependency beta_{i,i}^2 = Var[beta f] / Var[lambda x + beta f]
+  /// of that sublayer (Liu et al. 2020, Eq. 5 with the sum before its
+  /// LayerNorm); 0 for the input row.
+  T residual_share{0};
   /// The flags of `domain` with the default limits (scalar rows).
   Caveat caveats() const { return sigprop::caveats(domain); }
 };
@@ -71,7 +81,7 @@ struct StackShape {
 /// The weights of one layer for every lane of a batch (LayerWeights, lane-wise).
 template <class T>
 struct BatchLayerWeights {
-  T q, k, v, o, ffn1, ffn2, skip_scale, branch_scale;
+  T q, k, v, o, ffn1, ffn2, attn_skip, attn_branch, ffn_skip, ffn_branch;
 };
 
 namespace detail {
@@ -91,13 +101,62 @@ inline StackShape<double> shape_of(const ModelConfig& c) {
   return s;
 }
 
-// A sublayer around `block`, placed according to the architecture. W is
-// LayerWeights (scalar) or BatchLayerWeights<T>.
+// Which sublayer of a layer: its residual scales in LayerWeights.
+enum class Sublayer { attention, ffn };
+
+template <class T, class W>
+T skip_of(const W& w, Sublayer which) {
+  return T(which == Sublayer::attention ? w.attn_skip : w.ffn_skip);
+}
+template <class T, class W>
+T branch_of(const W& w, Sublayer which) {
+  return T(which == Sublayer::attention ? w.attn_branch : w.ffn_branch);
+}
+
+// A sublayer around `block`, placed according to the architecture, handed to
+// `apply` (the composed component). W is LayerWeights (scalar) or
+// BatchLayerWeights<T>.
 template <class T, class W, class Block, class Apply>
-auto with_sublayer(const StackShape<T>& s, const W& w, Block block, Apply apply) {
-  if (s.arch == Arch::pre_ln)
-    return apply(residual(serial(LayerNorm<T>(s.d), std::move(block)), T(w.skip_scale), T(w.branch_scale)));
-  return apply(serial(residual(std::move(block), T(w.skip_scale), T(w.branch_scale)), LayerNorm<T>(s.d)));
+auto with_sublayer(const StackShape<T>& s, const W& w, Sublayer which, Block block, Apply apply) {
+  const T skip = skip_of<T>(w, which), branch = branch_of<T>(w, which);
+  switch (s.arch) {
+    case Arch::pre_ln: return apply(residual(serial(LayerNorm<T>(s.d), std::move(block)), skip, branch));
+    case Arch::post_ln: return apply(serial(residual(std::move(block), skip, branch), LayerNorm<T>(s.d)));
+    case Arch::no_ln: break;
+  }
+  return apply(residual(std::move(block), skip, branch));
+}
+
+// The residual stage of a composed sublayer (see with_sublayer).
+template <class T, class Sub>
+const auto& residual_of(const Sub& sub) {
+  if constexpr (is_serial_v<Sub>) return sub.template part<0>();
+  else return sub;
+}
+
+// Forward through a sublayer, keeping the branch variance and Admin's
+// beta_{i,i}^2 of its residual sum: the branch is evaluated once and
+// combined by Residual::combine, as Residual::forward does.
+template <class T>
+struct SublayerForward {
+  Moments<T> out;
+  T branch_var, residual_share;
+};
+
+template <class T, class W, class Block>
+SublayerForward<T> sublayer_forward(const StackShape<T>& s, const W& w, Sublayer which, Block block,
+                                    const Moments<T>& x) {
+  return with_sublayer(s, w, which, std::move(block), [&](const auto& sub) {
+    const auto& res = residual_of<T>(sub);
+    const Moments<T> f = res.branch().forward(x);
+    const Moments<T> sum = res.combine(x, f);
+    SublayerForward<T> r;
+    if constexpr (is_serial_v<std::decay_t<decltype(sub)>>) r.out = sub.template part<1>().forward(sum);
+    else r.out = sum;
+    r.branch_var = f.var;
+    r.residual_share = math::ratio_or(res.branch_scale() * res.branch_scale() * f.var, sum.var, 0);
+    return r;
+  });
 }
 
 template <class T, class W>
@@ -122,8 +181,8 @@ auto make_ffn_block(const ModelConfig& c, const LayerWeights& w) {
 }
 
 template <class Block, class Apply>
-auto with_sublayer(const ModelConfig& c, const LayerWeights& w, Block block, Apply apply) {
-  return with_sublayer(shape_of(c), w, std::move(block), std::move(apply));
+auto with_sublayer(const ModelConfig& c, const LayerWeights& w, Sublayer which, Block block, Apply apply) {
+  return with_sublayer(shape_of(c), w, which, std::move(block), std::move(apply));
 }
 
 template <class Activation, class T, class W>
@@ -135,21 +194,25 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
   t.mid.resize(N);
   t.rows[0].forward = input;
   t.rows[0].domain = Domain<T>::zero_like(input.var);
+  t.rows[0].branch_var = t.rows[0].residual_share = 0 * input.var;
   for (std::size_t n = 0; n < N; ++n) {
     const W& w = layers[n];
-    const auto fwd = [](const Moments<T>& x) {
-      return [&x](const auto& sub) { return sub.forward(x); };
-    };
     const auto domain = [](const Moments<T>& x) {
       return [&x](const auto& sub) { return sub.domain(x); };
     };
+    const auto record = [](BasicTraceRow<T>& row, const SublayerForward<T>& f) {
+      row.forward = f.out;
+      row.branch_var = f.branch_var;
+      row.residual_share = f.residual_share;
+    };
     t.mid[n].layer = n + 1;
-    t.mid[n].forward = with_sublayer(s, w, make_attention_block(s, w), fwd(t.rows[n].forward));
-    t.mid[n].domain = with_sublayer(s, w, make_attention_block(s, w), domain(t.rows[n].forward));
+    record(t.mid[n], sublayer_forward(s, w, Sublayer::attention, make_attention_block(s, w), t.rows[n].forward));
+    t.mid[n].domain = with_sublayer(s, w, Sublayer::attention, make_attention_block(s, w), domain(t.rows[n].forward));
     t.rows[n + 1].layer = n + 1;
-    t.rows[n + 1].forward = with_sublayer(s, w, make_ffn_block<Activation>(s, w), fwd(t.mid[n].forward));
+    record(t.rows[n + 1],
+           sublayer_forward(s, w, Sublayer::ffn, make_ffn_block<Activation>(s, w), t.mid[n].forward));
     t.rows[n + 1].domain = t.mid[n].domain.worst(
-        with_sublayer(s, w, make_ffn_block<Activation>(s, w), domain(t.mid[n].forward)));
+        with_sublayer(s, w, Sublayer::ffn, make_ffn_block<Activation>(s, w), domain(t.mid[n].forward)));
   }
   t.output = t.rows[N];
   t.rows[N].backward = top;
@@ -164,9 +227,9 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
     const auto bwd = [](const Moments<T>& x, const GradMoments<T>& g) {
       return [&x, &g](const auto& sub) { return sub.backward(x, g); };
     };
-    t.mid[n].backward = with_sublayer(s, w, make_ffn_block<Activation>(s, w),
+    t.mid[n].backward = with_sublayer(s, w, Sublayer::ffn, make_ffn_block<Activation>(s, w),
                                       bwd(t.mid[n].forward, t.rows[n + 1].backward));
-    t.rows[n].backward = with_sublayer(s, w, make_attention_block(s, w),
+    t.rows[n].backward = with_sublayer(s, w, Sublayer::attention, make_attention_block(s, w),
                                        bwd(t.rows[n].forward, t.mid[n].backward));
   }
   return t;
@@ -261,6 +324,7 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
     r.forward = {Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes)};
     r.backward = {Batch(lanes), Batch(lanes)};
     r.domain = {Batch(lanes), Batch(lanes), Batch(lanes)};
+    r.branch_var = r.residual_share = Batch(lanes);
     return r;
   };
   for (std::size_t k = 0; k <= N; ++k) out.rows.push_back(empty_row(k));
@@ -278,6 +342,8 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
     put(from.domain.score_var, to.domain.score_var);
     put(from.domain.key_weight, to.domain.key_weight);
     put(from.domain.width_term, to.domain.width_term);
+    put(from.branch_var, to.branch_var);
+    put(from.residual_share, to.residual_share);
   };
   StackShape<BatchChunk> s;
   s.arch = first.arch;
@@ -313,8 +379,10 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
         b.o(j) = a.o;
         b.ffn1(j) = a.ffn1;
         b.ffn2(j) = a.ffn2;
-        b.skip_scale(j) = a.skip_scale;
-        b.branch_scale(j) = a.branch_scale;
+        b.attn_skip(j) = a.attn_skip;
+        b.attn_branch(j) = a.attn_branch;
+        b.ffn_skip(j) = a.ffn_skip;
+        b.ffn_branch(j) = a.ffn_branch;
       }
     }
     const BasicTrace<BatchChunk> chunk = detail::trace_dispatch(s, layers, input, top);
@@ -335,6 +403,8 @@ inline Trace lane_of(const BatchTrace& b, std::size_t i) {
                  lane(r.forward.corr_dim, i)};
     o.backward = {lane(r.backward.var, i), lane(r.backward.corr_len, i)};
     o.domain = lane_of(r.domain, i);
+    o.branch_var = lane(r.branch_var, i);
+    o.residual_share = lane(r.residual_share, i);
     return o;
   };
   Trace t;

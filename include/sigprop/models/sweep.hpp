@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "sigprop/models/measures.hpp"
 #include "sigprop/models/schemes.hpp"
 #include "sigprop/models/stack.hpp"
 
@@ -44,6 +45,8 @@ struct SweepSummary {
   double grad_ratio = 0;       ///< grad_max / grad_min: the spread of gradient scales across layers
   bool within_bounds = false;  ///< every forward and relative gradient variance inside the bounds
   bool outside_domain = false; ///< some layer outside the validated domain (core/domain.hpp)
+  double output_change = 0;    ///< Admin's sum of beta_{i,i}^2 over the sublayers (models/measures.hpp)
+  double sensitivity = 0;      ///< median over the sublayers of N beta_{i,i}^2 / (1 - beta_{i,i}^2)
 };
 
 /// The summary of a trace (the rows as in stack.hpp) against `bounds`.
@@ -68,6 +71,8 @@ inline SweepSummary summarize_trace(const Trace& t, const SweepBounds& bounds, c
   s.within_bounds = s.var_min >= bounds.low && s.var_max <= bounds.high && s.grad_min >= bounds.low &&
                     s.grad_max <= bounds.high;
   s.outside_domain = !outside_domain(t, limits).empty();
+  s.output_change = output_change(t);
+  s.sensitivity = sensitivity(t);
   return s;
 }
 

@@ -5,9 +5,11 @@
 // Layer n (Kedia et al. 2024, section 2 and appendix G):
 //   Pre-LN : x <- lambda x + beta Attn(LN(x));  x <- lambda x + beta FFN(LN(x))
 //   Post-LN: x <- LN(lambda x + beta Attn(x));  x <- LN(lambda x + beta FFN(x))
+//   no LN  : x <- lambda x + beta Attn(x);      x <- lambda x + beta FFN(x)
 //   Attn(h) = Dropout(concat_h(head_h(h)) W_O),  FFN(h) = Dropout(act(h W1) W2)
 // The model input is drawn with the given moments (compound symmetric along
-// length) and the gradient at the top with (grad var, grad corr_len).
+// length; with an embedding LayerNorm, the embedding output is drawn and
+// normalized) and the gradient at the top with (grad var, grad corr_len).
 #pragma once
 
 #include <cmath>
@@ -31,6 +33,9 @@ struct ModelSimulation {
   std::vector<GradEstimates> backward;
   std::vector<MomentEstimates> forward_mid;
   std::vector<GradEstimates> backward_mid;
+  /// Variance of each sublayer's branch output f (before beta), per layer:
+  /// attention (branch_attn) and FFN (branch_ffn).
+  std::vector<Estimate> branch_attn, branch_ffn;
 };
 
 namespace detail {
@@ -134,8 +139,8 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
                        std::to_string(weights.layers.size()) +
                        " is outside the valid range {layers = " + std::to_string(N) + "}");
   const auto L = static_cast<Eigen::Index>(config.seq_len), d = static_cast<Eigen::Index>(config.d);
-  const bool pre = config.arch == Arch::pre_ln;
-  std::vector<MomentAccumulator> fwd(N + 1), mid(N);
+  const bool pre = config.arch == Arch::pre_ln, post = config.arch == Arch::post_ln;
+  std::vector<MomentAccumulator> fwd(N + 1), mid(N), branch(2 * N);
   std::vector<MomentAccumulator> bwd(N + 1), bwd_mid(N);
   Random rng(setup.seed);
 
@@ -144,7 +149,9 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
     for (std::size_t n = 0; n < N; ++n) params.push_back(detail::draw_layer(config, weights.layers[n], rng));
     // caches[2n] is layer n's attention sublayer, caches[2n + 1] its FFN sublayer
     std::vector<detail::SublayerCache> caches(2 * N);
-    ops::Matrix x = sample_activations(L, d, weights.input, rng);
+    ops::Matrix x = weights.embedding_layernorm
+                        ? ops::layernorm_forward(sample_activations(L, d, weights.embedding_output, rng)).y
+                        : sample_activations(L, d, weights.input, rng);
     fwd[0].add(x);
     for (std::size_t n = 0; n < N; ++n) {
       const LayerWeights& w = weights.layers[n];
@@ -158,12 +165,14 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
         }
         const ops::Matrix f = sub == 0 ? detail::attention_branch(config, params[n], *h, cache, rng)
                                        : detail::ffn_branch(config, params[n], *h, cache, rng);
-        ops::Matrix sum = w.skip_scale * x + w.branch_scale * f;
-        if (pre) {
-          x = std::move(sum);
-        } else {
+        branch[2 * n + static_cast<std::size_t>(sub)].add(f);
+        const double skip = sub == 0 ? w.attn_skip : w.ffn_skip, scale = sub == 0 ? w.attn_branch : w.ffn_branch;
+        ops::Matrix sum = skip * x + scale * f;
+        if (post) {
           cache.post_norm = ops::layernorm_forward(sum);
           x = cache.post_norm.y;
+        } else {
+          x = std::move(sum);
         }
         if (sub == 0) mid[n].add(x);
       }
@@ -177,13 +186,13 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
       const LayerWeights& w = weights.layers[n];
       for (int sub = 1; sub >= 0; --sub) {
         const detail::SublayerCache& cache = caches[2 * n + static_cast<std::size_t>(sub)];
-        if (!pre) g = ops::layernorm_backward(cache.post_norm, g);
+        if (post) g = ops::layernorm_backward(cache.post_norm, g);
         const ops::Matrix& h = pre ? cache.pre_norm.y : cache.input;
-        ops::Matrix gh = sub == 0
-                             ? detail::attention_branch_backward(config, params[n], h, cache, w.branch_scale * g)
-                             : detail::ffn_branch_backward(config, params[n], cache, w.branch_scale * g);
+        const double skip = sub == 0 ? w.attn_skip : w.ffn_skip, scale = sub == 0 ? w.attn_branch : w.ffn_branch;
+        ops::Matrix gh = sub == 0 ? detail::attention_branch_backward(config, params[n], h, cache, scale * g)
+                                  : detail::ffn_branch_backward(config, params[n], cache, scale * g);
         if (pre) gh = ops::layernorm_backward(cache.pre_norm, gh);
-        g = w.skip_scale * g + gh;
+        g = skip * g + gh;
         if (sub == 1) bwd_mid[n].add(g);
       }
       bwd[n].add(g);
@@ -194,6 +203,10 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
   for (auto& a : bwd) s.backward.push_back(a.grad_result());
   for (auto& a : mid) s.forward_mid.push_back(a.result());
   for (auto& a : bwd_mid) s.backward_mid.push_back(a.grad_result());
+  for (std::size_t n = 0; n < N; ++n) {
+    s.branch_attn.push_back(branch[2 * n].result().var);
+    s.branch_ffn.push_back(branch[2 * n + 1].result().var);
+  }
   return s;
 }
 
