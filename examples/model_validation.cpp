@@ -5,7 +5,9 @@
 // (sigprop's default) and through the value path only (the paper's B.8
 // backward, "before").
 //
-//   model_validation [--trials N] [--seed X]
+//   model_validation [--trials N] [--seed X] [--set stacks|schemes]
+//
+// --set schemes runs montecarlo::scheme_models() instead (docs/schemes.md).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -19,10 +21,13 @@ namespace mc = sigprop::montecarlo;
 int main(int argc, char** argv) {
   std::size_t trials = 64;
   std::uint64_t seed = 11;
+  std::string set = "stacks";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--trials") trials = std::strtoul(argv[i + 1], nullptr, 10);
     else if (flag == "--seed") seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (flag == "--set" && (std::string(argv[i + 1]) == "stacks" || std::string(argv[i + 1]) == "schemes"))
+      set = argv[i + 1];
     else {
       std::fprintf(stderr, "model_validation: error: unknown flag %s\n", flag.c_str());
       return 2;
@@ -31,7 +36,7 @@ int main(int argc, char** argv) {
   std::printf("| model | forward var p50 / p90 %% | grad var p50 / p90 %%, value path only | grad var p50 / p90 %% |\n");
   std::printf("|---|---|---|---|\n");
   std::vector<double> forward, before, after;
-  for (const auto& k : mc::validation_models()) {
+  for (const auto& k : set == "stacks" ? mc::validation_models() : mc::scheme_models()) {
     mc::SimulationSetup setup;
     setup.trials = trials;
     setup.seed = ++seed;

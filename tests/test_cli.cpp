@@ -227,3 +227,35 @@ TEST_CASE("cli: sweep rejects bad grids with status 2", "[cli][sweep][errors]") 
   require_usage_error({"sweep", "--beta2-k", "-1"}, "--beta2-k", "-1", "(0, inf)");
   require_usage_error({"sweep", "--format", "text"}, "--format", "text", "csv|json");
 }
+
+TEST_CASE("cli: every scheme by name, with its own architecture unless --arch is given", "[cli][schemes]") {
+  for (const sigprop::SchemeInfo& i : sigprop::schemes()) {
+    const Outcome t = run({"table", "--scheme", i.name, "--layers", "3", "--d", "64", "--heads", "2", "--seq", "32"});
+    INFO(i.name << ": " << t.err);
+    REQUIRE(t.status == 0);
+    CHECK(t.out.rfind(std::string("# ") + sigprop::to_string(i.arch) + ", " + i.name + ",", 0) == 0);
+    CHECK(t.out.find("# output change sum beta_ii^2 = ") != std::string::npos);
+    const Outcome init = run({"init", "--scheme", i.name, "--layers", "2", "--d", "64", "--heads", "2", "--format", "csv"});
+    CHECK(init.status == 0);
+    CHECK(init.out.find("\n2,ffn_branch,") != std::string::npos);
+  }
+  const Outcome composed = run({"table", "--scheme", "t-fixup", "--arch", "pre-ln", "--layers", "2"});
+  CHECK(composed.out.rfind("# pre-ln, t-fixup,", 0) == 0);
+  const Outcome scale = run({"init", "--scheme", "scaled-embed", "--d", "256", "--heads", "4", "--layers", "1",
+                             "--format", "csv"});
+  CHECK(scale.out.find("0,embedding_scale,16\n") != std::string::npos);
+  CHECK(scale.out.find("0,embedding_ln,0\n") != std::string::npos);
+  const Outcome admin = run({"init", "--scheme", "admin", "--layers", "2", "--format", "csv"});
+  CHECK(admin.out.find("1,attn_skip,0\n") != std::string::npos);  // omega_1 = 0
+  require_usage_error({"table", "--scheme", "fixup"}, "--scheme", "fixup", "t-fixup");
+  const Outcome sweep = run({"sweep", "--scheme", "admin,rezero,dslm", "--layers", "4", "--d", "128"});
+  REQUIRE(sweep.status == 0);
+  CHECK(sweep.out.find("\npost-ln,admin,4,") != std::string::npos);
+  CHECK(sweep.out.find("\nno-ln,rezero,4,") != std::string::npos);
+  CHECK(sweep.out.find("\npre-ln,dslm,4,") != std::string::npos);
+  const Outcome json = run({"sweep", "--scheme", "admin", "--arch", "post-ln,no-ln", "--layers", "2", "--d", "128",
+                            "--format", "json"});
+  CHECK(json.status == 0);
+  CHECK(json.out.find("\"arch\": \"no-ln\"") != std::string::npos);
+  CHECK(json.out.find("inf") == std::string::npos);  // a sensitivity of +inf is written null
+}

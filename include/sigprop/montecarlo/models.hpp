@@ -226,12 +226,15 @@ inline ModelErrors compare_trace(const Trace& predicted, const ModelSimulation& 
   return e;
 }
 
-/// A model of the whole-model validation: shape, scheme and input moments.
+/// A model of the whole-model validation: shape, scheme and input moments
+/// (or, with `embedding`, the scheme's own embedding: three tables, |V| =
+/// 32000, with its scale and LayerNorm).
 struct ModelCase {
   const char* label;
   ModelConfig config;
   Scheme scheme;
   Moments<double> input{0, 1, 0.2, 0};
+  bool embedding = false;
 };
 
 /// The whole-model validation set (docs/validation.md, "Whole models"):
@@ -268,6 +271,44 @@ inline std::vector<ModelCase> validation_models() {
   };
 }
 
+/// The schemes of models/schemes.hpp beyond those of validation_models(),
+/// each with the architecture it was published with, at small sizes
+/// (docs/schemes.md, "Monte Carlo checks").
+inline std::vector<ModelCase> scheme_models() {
+  const auto config = [](Scheme s, std::size_t layers, std::size_t d, std::size_t heads, double dropout,
+                         FfnActivation activation) {
+    ModelConfig c;
+    c.arch = native_arch(s);
+    c.layers = layers;
+    c.d = d;
+    c.heads = heads;
+    c.seq_len = 64;
+    c.dropout = dropout;
+    c.activation = activation;
+    return c;
+  };
+  using S = Scheme;
+  using F = FfnActivation;
+  const auto with_embedding = [](ModelCase k) {
+    k.embedding = true;
+    return k;
+  };
+  return {
+      {"admin (post-ln)", config(S::admin, 6, 128, 4, 0.1, F::relu), S::admin},
+      {"admin-code (post-ln)", config(S::admin_code, 6, 128, 4, 0.1, F::gelu), S::admin_code},
+      {"deepnet (post-ln)", config(S::deepnet, 6, 128, 4, 0.1, F::gelu), S::deepnet},
+      {"ds-init (post-ln)", config(S::ds_init, 6, 128, 4, 0.1, F::relu), S::ds_init},
+      {"t-fixup (no-ln)", config(S::t_fixup, 6, 128, 4, 0.1, F::relu), S::t_fixup},
+      {"layerscale (pre-ln)", config(S::layerscale, 6, 128, 4, 0.1, F::gelu), S::layerscale},
+      {"rezero (no-ln)", config(S::rezero, 4, 64, 2, 0.1, F::relu), S::rezero},
+      with_embedding({"spike-vanilla (pre-ln)", config(S::spike_vanilla, 6, 128, 4, 0.0, F::gelu), S::spike_vanilla}),
+      with_embedding({"scaled-embed (pre-ln)", config(S::scaled_embed, 6, 128, 4, 0.0, F::gelu), S::scaled_embed}),
+      with_embedding({"embed-ln (pre-ln)", config(S::embed_ln, 6, 128, 4, 0.1, F::gelu), S::embed_ln}),
+      with_embedding({"xavier-scaled-embed (pre-ln)", config(S::xavier_scaled_embed, 6, 128, 4, 0.1, F::relu),
+                      S::xavier_scaled_embed}),
+  };
+}
+
 /// One validation model: the trace (with `gradient` paths in attention), the
 /// simulation and their per-layer errors.
 struct ModelCaseResult {
@@ -282,7 +323,7 @@ inline std::pair<ModelConfig, ModelWeights> case_model(const ModelCase& k,
   ModelConfig c = k.config;
   c.attention_gradient = gradient;
   InputSpec input;
-  input.measured = k.input;
+  if (!k.embedding) input.measured = k.input;
   return {c, initialize(c, k.scheme, input)};
 }
 
