@@ -154,10 +154,10 @@ TEST_CASE("schemes: the papers' per-entry variances and residual scales", "[sche
   CHECK(eln.embedding_layernorm);
   CHECK(eln.input.var == Approx(1).epsilon(1e-15));
   CHECK(eln.input.corr_len == Approx(LayerNorm<double>(d).corr_len_map(eln.embedding_output.corr_len)).epsilon(1e-15));
-  // Xavier + Scaled Embed: tables 2/(|V| + d), times sqrt(d).
+  // Xavier + Scaled Embed: tables 1/d, times sqrt(d): std 1 per table.
   const auto xs = initialize(c, Scheme::xavier_scaled_embed);
-  CHECK(xs.embedding_var == Approx(2 / (32000 + d)).epsilon(1e-15));
-  CHECK(xs.input.var == Approx(3 * d * 2 / (32000 + d) / 0.9).epsilon(1e-12));
+  CHECK(xs.embedding_var == Approx(1 / d).epsilon(1e-15));
+  CHECK(xs.input.var == Approx(3 / 0.9).epsilon(1e-12));
   // An explicit residual scaling replaces the scheme's own scales.
   ResidualScaling k2;
   k2.enabled = true;

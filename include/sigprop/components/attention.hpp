@@ -115,6 +115,12 @@ struct AttentionTerms {
   T width_term;    ///< c sigma^4, the second-order query-norm fluctuation term
 };
 
+/// Moments of the gradients at one head's projection outputs (Attention::projection_grads).
+template <class T>
+struct ProjectionGrads {
+  GradMoments<T> query, key, value;
+};
+
 /// Which gradient paths backward() includes: both (the real gradient), or
 /// the value path alone, as in the paper's B.8 (kept to measure what the
 /// softmax path adds, e.g. in whole-model comparisons).
@@ -207,6 +213,18 @@ class Attention : public Component<Attention<T>, T> {
     return checked_grad(grad_of(softmax_path_of(terms_of(in), in, g)));
   }
 
+  /// The gradients at the outputs of one head's projections, dLoss/dQ,
+  /// dLoss/dK and dLoss/dV (Q = X Wq etc.; validated like backward()): what
+  /// the weight gradients dWq = X^T dQ, ... are made of (weight_grad_sq).
+  ProjectionGrads<T> projection_grads(const Moments<T>& in, const GradMoments<T>& g) const {
+    require_moments(name, in);
+    require_grad_moments(name, g);
+    const AttentionTerms<T> a = terms_of(in);
+    const ProjectionPaths s = softmax_outputs_of(a, in, g);
+    return {checked_grad(grad_of(s.query)), checked_grad(grad_of(s.key)),
+            checked_grad(grad_of(value_output_of(a, g)))};
+  }
+
   /// The paper's forms (B.8 as printed, SPEC.md), kept for comparison: they
   /// assume near-uniform attention and miss the corrections listed above.
   Moments<T> forward_paper(const Moments<T>& in) const {
@@ -248,20 +266,36 @@ class Attention : public Component<Attention<T>, T> {
     return {m.var, math::ratio_or(m.cov, m.var, 0)};
   }
 
-  PathMoments value_path_of(const AttentionTerms<T>& a, const GradMoments<T>& g) const {
+  // The gradients at the projections' outputs of one head, dLoss/dQ,
+  // dLoss/dK and dLoss/dV (Q = X Wq, ...); the input gradient is each one
+  // taken back through its projection, dX = G W^T (Linear's backward).
+  struct ProjectionPaths {
+    PathMoments query, key, value;
+  };
+
+  PathMoments through(const PathMoments& m, const T& weight_var) const {
+    return {d_k_ * weight_var * m.var, d_k_ * weight_var * m.cov};
+  }
+
+  // dLoss/dV = dropout(P)^T g.
+  PathMoments value_output_of(const AttentionTerms<T>& a, const GradMoments<T>& g) const {
     const T& L = seq_len_;
-    const T scale = d_k_ * v_var_ * g.var;
     const T r_g = feasible_corr(g.corr_len);
-    const T var = scale * (a.weight_sq / (L * (1 - p_)) + r_g * (L - 1) / L * a.weight_cross);
-    const T cov = scale * ((1 - a.weight_sq / L) / (L - 1) + r_g * (1 - a.weight_cross / L));
+    const T var = g.var * (a.weight_sq / (L * (1 - p_)) + r_g * (L - 1) / L * a.weight_cross);
+    const T cov = g.var * ((1 - a.weight_sq / L) / (L - 1) + r_g * (1 - a.weight_cross / L));
     return {var, cov};
   }
 
-  PathMoments softmax_path_of(const AttentionTerms<T>& a, const Moments<T>& in,
-                              const GradMoments<T>& g) const {
+  PathMoments value_path_of(const AttentionTerms<T>& a, const GradMoments<T>& g) const {
+    return through(value_output_of(a, g), v_var_);
+  }
+
+  // dLoss/dQ and dLoss/dK through the softmax Jacobian.
+  ProjectionPaths softmax_outputs_of(const AttentionTerms<T>& a, const Moments<T>& in,
+                                     const GradMoments<T>& g) const {
     const T& L = seq_len_;
     const T t = d_in_ * q_var_ * k_var_;
-    const T scale = d_k_ * v_var_ * g.var * d_in_ * t / L;
+    const T base = v_var_ * g.var * d_in_ * d_in_ / L;  // times k_var for dQ, q_var for dK
     const T shrink = 1 - a.weight_sq / L;
     const T coherent = L * shrink * shrink * a.pos_cov_sq / d_in_;
     const T shared_var = in.corr_len * in.var;  // r s^2
@@ -269,17 +303,23 @@ class Attention : public Component<Attention<T>, T> {
     const T values = (a.pos_var + p_ * a.common) / (1 - p_);
     const T common_eff = a.common + (a.pos_var * a.pos_var * a.pos_var +
                                      2 * a.pos_var * a.common * a.common) * t * (2 + d_in_ / d_k_);
-    const T var_q = scale * (a.weight_jacobian * a.pos_var * values + coherent);
     const T r_g = feasible_corr(g.corr_len);
-    const T cov_q = scale * r_g * (a.weight_cross * a.pos_var * a.pos_var + coherent);
-    const T var_k =
-        scale * (a.weight_jacobian *
-                     (a.pos_var * a.second + p_ * (a.common * a.pos_var + shared4)) / (1 - p_) +
-                 (L - 1) * r_g * a.weight_cross * a.pos_var * common_eff);
+    const PathMoments query{base * k_var_ * (a.weight_jacobian * a.pos_var * values + coherent),
+                            base * k_var_ * r_g * (a.weight_cross * a.pos_var * a.pos_var + coherent)};
+    const T key_var =
+        a.weight_jacobian * (a.pos_var * a.second + p_ * (a.common * a.pos_var + shared4)) / (1 - p_) +
+        (L - 1) * r_g * a.weight_cross * a.pos_var * common_eff;
     // A negative r_g makes the coherent key term negative; the variance it
     // belongs to cannot be (only reachable far outside the validated domain).
-    const T var_k_bounded = math::clamp_nonnegative(var_k);
-    return {var_q + var_k_bounded, cov_q - var_k_bounded / (L - 1)};
+    const T key_var_bounded = base * q_var_ * math::clamp_nonnegative(key_var);
+    return {query, {key_var_bounded, -key_var_bounded / (L - 1)}, {0 * L, 0 * L}};
+  }
+
+  PathMoments softmax_path_of(const AttentionTerms<T>& a, const Moments<T>& in,
+                              const GradMoments<T>& g) const {
+    const ProjectionPaths o = softmax_outputs_of(a, in, g);
+    const PathMoments q = through(o.query, q_var_), k = through(o.key, k_var_);
+    return {q.var + k.var, q.cov + k.cov};
   }
 
   // A correlation shared by all L positions is at least -1/(L - 1) (the

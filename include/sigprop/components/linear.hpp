@@ -7,11 +7,24 @@
 //   Cov_len[y] = d_in * s_w^2 * (r s^2 + mu^2)  =>  r_out = (r s^2 + mu^2)/(s^2 + mu^2),
 //   r^d_out = 0 (distinct output units use independent columns of W);
 //   backward dx = g W^T:  Var[dx] = d_out * s_w^2 * Var[g],  r_g unchanged.
+// Weight gradient over one sequence of L positions, dW = x^T g, with x and g
+// uncorrelated at initialization (the usual mean-field assumption; checked by
+// simulation in docs/models.md):
+//   E||dW||_F^2 = d_in d_out L [ (s^2 + mu^2) Var[g] + (L - 1)(r s^2 + mu^2) r_g Var[g] ].
 #pragma once
 
 #include "sigprop/core/component.hpp"
 
 namespace sigprop {
+
+/// E||dLoss/dW||_F^2 for y = x W with W d_in x d_out, over a sequence of
+/// `seq_len` positions, given the input moments and the gradient at y.
+template <class T>
+T weight_grad_sq(const T& d_in, const T& d_out, const T& seq_len, const Moments<T>& in, const GradMoments<T>& g) {
+  const T mean_sq = in.mean * in.mean;
+  const T per_entry = seq_len * g.var * ((in.var + mean_sq) + (seq_len - 1) * (in.cov_len() + mean_sq) * g.corr_len);
+  return d_in * d_out * per_entry;
+}
 
 template <class T = double>
 class Linear : public Component<Linear<T>, T> {
@@ -42,6 +55,15 @@ class Linear : public Component<Linear<T>, T> {
 
   GradMoments<T> backward_impl(const Moments<T>&, const GradMoments<T>& g) const {
     return {d_out_ * weight_var_ * g.var, g.corr_len};
+  }
+
+  /// E||dLoss/dW||_F^2 over `seq_len` positions for input `in` and gradient
+  /// `g` at the output (validated like backward()).
+  T weight_grad_sq(const Moments<T>& in, const GradMoments<T>& g, const T& seq_len) const {
+    require_moments(name, in);
+    require_grad_moments(name, g);
+    require_width(name, "seq_len", seq_len);
+    return sigprop::weight_grad_sq(d_in_, d_out_, seq_len, in, g);
   }
 
  private:

@@ -42,6 +42,16 @@ class Serial : public Component<Serial<T, Parts...>, T> {
     return states;
   }
 
+  /// Gradient moments at the input of every part (element I is what part I
+  /// hands back; element `size` is grad_out) for input `in`.
+  std::array<GradMoments<T>, size + 1> backward_all(const Moments<T>& in, const GradMoments<T>& grad_out) const {
+    const auto states = forward_all(in);
+    std::array<GradMoments<T>, size + 1> grads{};
+    grads[size] = grad_out;
+    fill_grads<size>(states, grads);
+    return grads;
+  }
+
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& grad_out) const {
     const auto states = forward_all(in);
     return backward_from<size>(states, grad_out);
@@ -73,6 +83,14 @@ class Serial : public Component<Serial<T, Parts...>, T> {
   Domain<T> domain_from(const std::array<Moments<T>, size + 1>& states, const Domain<T>& acc) const {
     if constexpr (I == size) return acc;
     else return domain_from<I + 1>(states, acc.worst(std::get<I>(parts_).domain(states[I])));
+  }
+
+  template <std::size_t I>
+  void fill_grads(const std::array<Moments<T>, size + 1>& states, std::array<GradMoments<T>, size + 1>& grads) const {
+    if constexpr (I > 0) {
+      grads[I - 1] = std::get<I - 1>(parts_).backward(states[I - 1], grads[I]);
+      fill_grads<I - 1>(states, grads);
+    }
   }
 
   // Gradient at the input of part I-1 .. 0, given the gradient at the output of part I-1.

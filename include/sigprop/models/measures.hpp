@@ -15,13 +15,23 @@
 //   mean over sublayers of N beta^2; the paper uses the median. In general
 //   the term of sublayer i is N Var[beta f] / Var[lambda x], which is
 //   N beta_{i,i}^2 / (1 - beta_{i,i}^2).
+//   Xiong et al., "On Layer Normalization in the Transformer Architecture"
+//   (ICML 2020), Theorem 1: the gradient of the last FFN weight is flat in
+//   depth for Post-LN and falls like 1/sqrt(N) for Pre-LN. weight_grad_norms
+//   gives E||dLoss/dW||_F^2 of the weight matrices V, O, W1, W2, from the
+//   trace: each block's parts see the moments Serial::forward_all and
+//   backward_all give them, and each matrix contributes Linear's
+//   weight_grad_sq (V from the gradient at its output,
+//   Attention::projection_grads).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "sigprop/models/config.hpp"
 #include "sigprop/models/stack.hpp"
 
 namespace sigprop {
@@ -62,6 +72,66 @@ inline double sensitivity(const Trace& t) {
   std::sort(v.begin(), v.end());
   const std::size_t k = v.size() / 2;
   return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
+}
+
+/// E||dLoss/dW||_F^2 of one layer's weight matrices over one sequence of L
+/// positions (the loss summed over positions; V summed over the heads, i.e.
+/// the d x d matrix). Q and K are not given: their gradients X^T dQ and
+/// X^T dK pair X with a gradient built from X itself (dK_k = sum_i dS_ik q_i),
+/// and the independent-factor form is 10-80 % low in simulation
+/// (docs/models.md, "Weight gradients").
+struct WeightGradNorms {
+  double v = 0, o = 0, ffn1 = 0, ffn2 = 0;
+};
+
+namespace detail {
+
+template <class Activation>
+std::vector<WeightGradNorms> weight_grad_norms_with(const ModelConfig& config, const ModelWeights& weights,
+                                                    const Trace& t) {
+  const StackShape<double> s = shape_of(config);
+  const double L = s.seq_len, d = s.d, dk = s.d / s.heads;
+  std::vector<WeightGradNorms> out;
+  for (std::size_t n = 0; n < config.layers; ++n) {
+    const LayerWeights& w = weights.layers[n];
+    WeightGradNorms g;
+    {
+      const auto block = make_attention_block(s, w);
+      const auto io = branch_io(s, w, Sublayer::attention, block, t.rows[n].forward, t.mid[n].backward);
+      const auto states = block.forward_all(io.input);
+      const auto grads = block.backward_all(io.input, io.grad_out);
+      // grads[1]: the gradient at the heads' concatenated outputs, one head's output per entry.
+      const auto p = block.template part<0>().head().projection_grads(io.input, grads[1]);
+      g.v = s.heads * weight_grad_sq(d, dk, L, io.input, p.value);
+      g.o = block.template part<1>().weight_grad_sq(states[1], grads[2], L);
+    }
+    {
+      const auto block = make_ffn_block<Activation>(s, w);
+      const auto io = branch_io(s, w, Sublayer::ffn, block, t.mid[n].forward, t.rows[n + 1].backward);
+      const auto states = block.forward_all(io.input);
+      const auto grads = block.backward_all(io.input, io.grad_out);
+      g.ffn1 = block.template part<0>().weight_grad_sq(states[0], grads[1], L);
+      g.ffn2 = block.template part<2>().weight_grad_sq(states[2], grads[3], L);
+    }
+    out.push_back(g);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// The weight-gradient norms of every layer of the model `config`
+/// initialized with `weights`, whose trace is `t` (from trace()).
+inline std::vector<WeightGradNorms> weight_grad_norms(const ModelConfig& config, const ModelWeights& weights,
+                                                      const Trace& t) {
+  constexpr const char* fn = "sigprop::weight_grad_norms";
+  config.validate(fn);
+  if (weights.layers.size() != config.layers || t.mid.size() != config.layers)
+    throw domain_error(std::string(fn) + ": weights.layers.size() = " + std::to_string(weights.layers.size()) +
+                       " and t.mid.size() = " + std::to_string(t.mid.size()) + " are outside the valid range {layers = " +
+                       std::to_string(config.layers) + "}");
+  return config.activation == FfnActivation::relu ? detail::weight_grad_norms_with<Relu<double>>(config, weights, t)
+                                                  : detail::weight_grad_norms_with<Gelu<double>>(config, weights, t);
 }
 
 }  // namespace sigprop

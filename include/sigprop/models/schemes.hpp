@@ -33,7 +33,9 @@
 //                       table 2/(5d), W2 and O further times 1/(2N)
 //   scaled-embed        spike-vanilla with the embedding times sqrt(d)
 //   embed-ln            spike-vanilla with a LayerNorm on the embedding
-//   xavier-scaled-embed xavier (tables too: 2/(vocab + d)) with the embedding times sqrt(d)
+//   xavier-scaled-embed xavier with tables 1/d and the embedding times sqrt(d) (std 1
+//                       per table: the paper's Table 5 has it meet the large-shortcut
+//                       condition, which the tables' own Xavier 2/(|V| + d) would not)
 // Embeddings (all other schemes): K tables followed by dropout; each table
 // gets (1-p)/K so the model input has variance 1.
 #pragma once
@@ -308,7 +310,7 @@ inline ModelWeights initialize(const ModelConfig& config, Scheme scheme, const I
       break;
     }
     case Scheme::xavier_scaled_embed:
-      table_var = 2 / (input.vocab + d);
+      table_var = 1 / d;  // Xavier of a d x d map, so that the scaled embedding has std 1
       embedding_scale *= std::sqrt(d);
       break;
   }

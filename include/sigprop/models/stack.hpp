@@ -159,6 +159,28 @@ SublayerForward<T> sublayer_forward(const StackShape<T>& s, const W& w, Sublayer
   });
 }
 
+// What a sublayer's block sees: its input h (LN(x) in Pre-LN, x otherwise)
+// and the gradient at its output (beta times the gradient reaching the
+// residual sum; in Post-LN, after the backward of the LayerNorm that follows
+// it). The placement is with_sublayer's.
+template <class T>
+struct BranchIO {
+  Moments<T> input;
+  GradMoments<T> grad_out;
+};
+
+template <class T, class W, class Block>
+BranchIO<T> branch_io(const StackShape<T>& s, const W& w, Sublayer which, const Block& block, const Moments<T>& x,
+                      const GradMoments<T>& g_out) {
+  const T skip = skip_of<T>(w, which), branch = branch_of<T>(w, which);
+  BranchIO<T> io{x, g_out};
+  if (s.arch == Arch::pre_ln) io.input = LayerNorm<T>(s.d).forward(x);
+  if (s.arch == Arch::post_ln)
+    io.grad_out = LayerNorm<T>(s.d).backward(residual(block, skip, branch).forward(x), g_out);
+  io.grad_out.var = branch * branch * io.grad_out.var;
+  return io;
+}
+
 template <class T, class W>
 auto make_attention_block(const StackShape<T>& s, const W& w) {
   return attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,

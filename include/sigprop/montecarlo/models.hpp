@@ -12,6 +12,7 @@
 // normalized) and the gradient at the top with (grad var, grad corr_len).
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -25,6 +26,11 @@
 
 namespace sigprop::montecarlo {
 
+/// Measured squared Frobenius norms of one layer's weight gradients.
+struct WeightGradEstimates {
+  Estimate q, k, v, o, ffn1, ffn2;
+};
+
 /// Measured statistics at every layer boundary n = 0..N (n = 0 is the model
 /// input, n the output of layer n), and after each layer's attention sublayer
 /// (index n - 1 for layer n). Gradients are w.r.t. the same tensors.
@@ -36,6 +42,9 @@ struct ModelSimulation {
   /// Variance of each sublayer's branch output f (before beta), per layer:
   /// attention (branch_attn) and FFN (branch_ffn).
   std::vector<Estimate> branch_attn, branch_ffn;
+  /// Per layer: E||dLoss/dW||_F^2 of each weight matrix over one sequence
+  /// (Q, K, V summed over the heads).
+  std::vector<WeightGradEstimates> weight_grads;
 };
 
 namespace detail {
@@ -95,16 +104,28 @@ inline ops::Matrix attention_branch(const ModelConfig& c, const LayerParams& p, 
   return output_dropout(c, cache.concat * p.wo, cache, rng);
 }
 
+// Squared norms of one layer's weight gradients.
+struct LayerGradNorms {
+  double q = 0, k = 0, v = 0, o = 0, ffn1 = 0, ffn2 = 0;
+};
+
 inline ops::Matrix attention_branch_backward(const ModelConfig& c, const LayerParams& p,
                                              const ops::Matrix& h, const SublayerCache& cache,
-                                             ops::Matrix g) {
+                                             ops::Matrix g, LayerGradNorms& norms) {
   const auto dk = static_cast<Eigen::Index>(c.head_width());
   if (c.dropout > 0) g = g.cwiseProduct(cache.out_mask);
+  norms.o = (cache.concat.transpose() * g).squaredNorm();
   const ops::Matrix g_concat = g * p.wo.transpose();
   ops::Matrix dh = ops::Matrix::Zero(h.rows(), h.cols());
-  for (std::size_t i = 0; i < c.heads; ++i)
+  norms.q = norms.k = norms.v = 0;
+  for (std::size_t i = 0; i < c.heads; ++i) {
+    ops::HeadWeightGrads head;
     ops::attention_head_backward(cache.heads[i], h, p.wq[i], p.wk[i], p.wv[i],
-                                 g_concat.middleCols(static_cast<Eigen::Index>(i) * dk, dk), dh);
+                                 g_concat.middleCols(static_cast<Eigen::Index>(i) * dk, dk), dh, &head);
+    norms.q += head.q;
+    norms.k += head.k;
+    norms.v += head.v;
+  }
   return dh;
 }
 
@@ -115,11 +136,13 @@ inline ops::Matrix ffn_branch(const ModelConfig& c, const LayerParams& p, const 
   return output_dropout(c, cache.ffn_act * p.w2, cache, rng);
 }
 
-inline ops::Matrix ffn_branch_backward(const ModelConfig& c, const LayerParams& p,
-                                       const SublayerCache& cache, ops::Matrix g) {
+inline ops::Matrix ffn_branch_backward(const ModelConfig& c, const LayerParams& p, const ops::Matrix& h,
+                                       const SublayerCache& cache, ops::Matrix g, LayerGradNorms& norms) {
   if (c.dropout > 0) g = g.cwiseProduct(cache.out_mask);
-  const ops::Matrix g_act = g * p.w2.transpose();
-  return ops::activation_backward(to_op(c.activation), cache.ffn_hidden, g_act) * p.w1.transpose();
+  norms.ffn2 = (cache.ffn_act.transpose() * g).squaredNorm();
+  const ops::Matrix g_hidden = ops::activation_backward(to_op(c.activation), cache.ffn_hidden, g * p.w2.transpose());
+  norms.ffn1 = (h.transpose() * g_hidden).squaredNorm();
+  return g_hidden * p.w1.transpose();
 }
 
 }  // namespace detail
@@ -142,6 +165,7 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
   const bool pre = config.arch == Arch::pre_ln, post = config.arch == Arch::post_ln;
   std::vector<MomentAccumulator> fwd(N + 1), mid(N), branch(2 * N);
   std::vector<MomentAccumulator> bwd(N + 1), bwd_mid(N);
+  std::vector<std::array<std::vector<double>, 6>> grad_norms(N);  // per layer: q, k, v, o, ffn1, ffn2 per trial
   Random rng(setup.seed);
 
   for (std::size_t t = 0; t < setup.trials; ++t) {
@@ -184,18 +208,21 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
     bwd[N].add(g);
     for (std::size_t n = N; n-- > 0;) {
       const LayerWeights& w = weights.layers[n];
+      detail::LayerGradNorms norms;
       for (int sub = 1; sub >= 0; --sub) {
         const detail::SublayerCache& cache = caches[2 * n + static_cast<std::size_t>(sub)];
         if (post) g = ops::layernorm_backward(cache.post_norm, g);
         const ops::Matrix& h = pre ? cache.pre_norm.y : cache.input;
         const double skip = sub == 0 ? w.attn_skip : w.ffn_skip, scale = sub == 0 ? w.attn_branch : w.ffn_branch;
-        ops::Matrix gh = sub == 0 ? detail::attention_branch_backward(config, params[n], h, cache, scale * g)
-                                  : detail::ffn_branch_backward(config, params[n], cache, scale * g);
+        ops::Matrix gh = sub == 0 ? detail::attention_branch_backward(config, params[n], h, cache, scale * g, norms)
+                                  : detail::ffn_branch_backward(config, params[n], h, cache, scale * g, norms);
         if (pre) gh = ops::layernorm_backward(cache.pre_norm, gh);
         g = skip * g + gh;
         if (sub == 1) bwd_mid[n].add(g);
       }
       bwd[n].add(g);
+      const double values[6] = {norms.q, norms.k, norms.v, norms.o, norms.ffn1, norms.ffn2};
+      for (std::size_t j = 0; j < 6; ++j) grad_norms[n][j].push_back(values[j]);
     }
   }
   ModelSimulation s;
@@ -204,6 +231,10 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
   for (auto& a : mid) s.forward_mid.push_back(a.result());
   for (auto& a : bwd_mid) s.backward_mid.push_back(a.grad_result());
   for (std::size_t n = 0; n < N; ++n) {
+    const auto& v = grad_norms[n];
+    using sigprop::montecarlo::detail::mean_estimate;
+    s.weight_grads.push_back({mean_estimate(v[0]), mean_estimate(v[1]), mean_estimate(v[2]), mean_estimate(v[3]),
+                              mean_estimate(v[4]), mean_estimate(v[5])});
     s.branch_attn.push_back(branch[2 * n].result().var);
     s.branch_ffn.push_back(branch[2 * n + 1].result().var);
   }

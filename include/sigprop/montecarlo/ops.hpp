@@ -112,21 +112,32 @@ inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, 
   return c;
 }
 
+/// Squared Frobenius norms of one head's weight gradients dWq = x^T dQ, ...
+struct HeadWeightGrads {
+  double q = 0, k = 0, v = 0;
+};
+
 /// Backward of one head through the value path and the softmax (Q, K) path.
-/// Adds the input gradient to `dx`; the weight gradients are not needed here.
+/// Adds the input gradient to `dx`; with `weights`, also the squared norms of
+/// the weight gradients.
 inline void attention_head_backward(const AttentionCache& c, const Matrix& x, const Matrix& wq,
                                     const Matrix& wk, const Matrix& wv, const Matrix& g,
-                                    Matrix& dx) {
-  (void)x;
+                                    Matrix& dx, HeadWeightGrads* weights = nullptr) {
   const bool dropped = c.mask.size() > 0;
   const Matrix pd = dropped ? Matrix(c.probs.cwiseProduct(c.mask)) : c.probs;
   const Matrix dv = pd.transpose() * g;
   Matrix dp = g * c.v.transpose();
   if (dropped) dp = dp.cwiseProduct(c.mask);
   const Matrix ds = softmax_rows_backward(c.probs, dp) * c.scale;
-  dx += (ds * c.k) * wq.transpose();
-  dx += (ds.transpose() * c.q) * wk.transpose();
+  const Matrix dq = ds * c.k, dk = ds.transpose() * c.q;
+  dx += dq * wq.transpose();
+  dx += dk * wk.transpose();
   dx += dv * wv.transpose();
+  if (weights) {
+    weights->q = (x.transpose() * dq).squaredNorm();
+    weights->k = (x.transpose() * dk).squaredNorm();
+    weights->v = (x.transpose() * dv).squaredNorm();
+  }
 }
 
 }  // namespace sigprop::montecarlo::ops
