@@ -148,7 +148,10 @@ inline void table_usage(std::ostream& out) {
          "the gradient's variance and length correlation (csv/json add the mean, the\n"
          "hidden correlation, the values after each layer's attention sublayer, and\n"
          "each sublayer's branch variance Var[f] and residual dependency beta_ii^2 =\n"
-         "Var[beta f] / Var[lambda x + beta f]). The text form ends with Admin's\n"
+         "Var[beta f] / Var[lambda x + beta f]), the expected squared Frobenius norms\n"
+         "of the gradients of V, O, W1, W2 over one sequence, and for Pre-LN the\n"
+         "Spike No More bounds on the attention and FFN Jacobian norms (Eq. 20, 15;\n"
+         "docs/schemes.md). The text form ends with Admin's\n"
          "output-change estimate sum_i beta_ii^2 and the sensitivity (median over the\n"
          "sublayers of N beta_ii^2 / (1 - beta_ii^2)).\n\n";
   model_flags_usage(out);
@@ -169,7 +172,8 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
   const Args args(words, model_flags(), {"final-ln"});
   if (!args.positional().empty()) throw usage_error("table: unexpected argument '" + args.positional()[0] + "'");
   const ModelSpec spec = parse_model(args, {"text", "csv", "json"});
-  const Trace t = trace(spec.config, weights_of(spec), spec.grad_top);
+  const ModelWeights weights = weights_of(spec);
+  const Trace t = trace(spec.config, weights, spec.grad_top);
   warn_outside_domain(t, warn);
   const std::size_t N = spec.config.layers;
   if (spec.format == "text") {
@@ -191,7 +195,12 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
   const char* columns[] = {"layer", "var", "corr_len", "grad_var", "grad_corr_len", "mean", "corr_dim",
                            "mid_var", "mid_corr_len", "mid_grad_var", "mid_grad_corr_len", "score_var",
                            "outside_domain", "branch_var", "residual_share", "mid_branch_var",
-                           "mid_residual_share"};
+                           "mid_residual_share", "v_grad_sq", "o_grad_sq", "ffn1_grad_sq", "ffn2_grad_sq",
+                           "spike_attn_bound", "spike_ffn_bound"};
+  const std::vector<WeightGradNorms> grads = weight_grad_norms(spec.config, weights, t);
+  const std::vector<SpikeBounds> spikes =
+      spec.config.arch == Arch::pre_ln ? spike_bounds(spec.config, weights, t) : std::vector<SpikeBounds>{};
+  const std::string none = spec.format == "csv" ? "" : "null";
   const auto values = [&](std::size_t n) {
     const TraceRow& r = t.rows[n];
     std::vector<std::string> v = {std::to_string(n), exact(r.forward.var), exact(r.forward.corr_len),
@@ -210,11 +219,15 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
     v.push_back(exact(r.branch_var));
     v.push_back(exact(r.residual_share));
     if (n == 0) {
-      v.insert(v.end(), 2, spec.format == "csv" ? "" : "null");
-    } else {
-      v.push_back(exact(t.mid[n - 1].branch_var));
-      v.push_back(exact(t.mid[n - 1].residual_share));
+      v.insert(v.end(), 8, none);
+      return v;
     }
+    v.push_back(exact(t.mid[n - 1].branch_var));
+    v.push_back(exact(t.mid[n - 1].residual_share));
+    const WeightGradNorms& g = grads[n - 1];
+    for (double x : {g.v, g.o, g.ffn1, g.ffn2}) v.push_back(exact(x));
+    v.push_back(spikes.empty() ? none : exact(spikes[n - 1].attention));
+    v.push_back(spikes.empty() ? none : exact(spikes[n - 1].ffn));
     return v;
   };
   if (spec.format == "csv") {

@@ -23,9 +23,24 @@
 //   backward_all give them, and each matrix contributes Linear's
 //   weight_grad_sq (V from the gradient at its output,
 //   Attention::projection_grads).
+//   Takase et al., "Spike No More" (2024), sections 2-3 and appendix G: for a
+//   Pre-LN layer, upper bounds on the spectral norms of the sublayer
+//   Jacobians, FFN (Eq. 15) 1 + sigma_1 sigma_2 (sqrt d + sqrt d_ffn)^2 / sigma_x'
+//   and attention (Eq. 20 with Eq. 75) 1 + sigma_O C_attn / sigma_x, with
+//   C_attn = 2 sqrt(d) ||J^Z||,
+//   ||J^Z|| ~ h [ (sqrt L + 2 + 1/sqrt L) sigma^3 sqrt(d^3 d_head) + sigma (sqrt d + sqrt d_head) ],
+//   and the gradient-norm bound their product over the layers (Eq. 7). The
+//   paper reads sigma_x, sigma_x' off a forward pass; here they are the
+//   trace's (the per-position spread sqrt(Var (1 - r^d)) that the
+//   LayerNorm divides by). Generalizations, reducing to the paper's forms:
+//   sigma^3 -> sigma_Q sigma_K sigma_V (the cubic term is D_l = Wq^T Wk x_l
+//   times v_l) and sigma -> sigma_V in the value term; a scaled residual
+//   lambda x + beta f gives lambda + beta (...). Eq. 6-7 multiply N - 1
+//   layers; every layer stands between x_1 and y_N, so all N are used.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <limits>
 #include <string>
@@ -132,6 +147,52 @@ inline std::vector<WeightGradNorms> weight_grad_norms(const ModelConfig& config,
                        std::to_string(config.layers) + "}");
   return config.activation == FfnActivation::relu ? detail::weight_grad_norms_with<Relu<double>>(config, weights, t)
                                                   : detail::weight_grad_norms_with<Gelu<double>>(config, weights, t);
+}
+
+/// Takase et al.'s bounds for one layer: attention (Eq. 20) and FFN (Eq. 15).
+struct SpikeBounds {
+  double attention = 0, ffn = 0;
+};
+
+/// The bounds of every layer of a Pre-LN model `config` with `weights`,
+/// whose trace is `t`.
+inline std::vector<SpikeBounds> spike_bounds(const ModelConfig& config, const ModelWeights& weights, const Trace& t) {
+  constexpr const char* fn = "sigprop::spike_bounds";
+  config.validate(fn);
+  if (config.arch != Arch::pre_ln)
+    throw domain_error(std::string(fn) + ": arch = " + to_string(config.arch) +
+                       " is outside the valid range {pre-ln} (the bounds are derived for Pre-LN layers)");
+  if (weights.layers.size() != config.layers || t.mid.size() != config.layers)
+    throw domain_error(std::string(fn) + ": weights.layers.size() = " + std::to_string(weights.layers.size()) +
+                       " and t.mid.size() = " + std::to_string(t.mid.size()) + " are outside the valid range {layers = " +
+                       std::to_string(config.layers) + "}");
+  using std::sqrt;
+  const double d = static_cast<double>(config.d), h = static_cast<double>(config.heads);
+  const double d_head = d / h, d_ffn = static_cast<double>(config.ffn_mult) * d;
+  const double L = static_cast<double>(config.seq_len);
+  const double c_ffn = (sqrt(d) + sqrt(d_ffn)) * (sqrt(d) + sqrt(d_ffn));
+  const auto spread = [](const Moments<double>& x) { return sqrt(x.var * (1 - x.corr_dim)); };
+  std::vector<SpikeBounds> out;
+  for (std::size_t n = 0; n < config.layers; ++n) {
+    const LayerWeights& w = weights.layers[n];
+    const double sq = sqrt(w.q), sk = sqrt(w.k), sv = sqrt(w.v);
+    const double jz = h * ((sqrt(L) + 2 + 1 / sqrt(L)) * sq * sk * sv * sqrt(d * d * d * d_head) +
+                           sv * (sqrt(d) + sqrt(d_head)));  // Eq. 75
+    const double c_attn = 2 * sqrt(d) * jz;
+    SpikeBounds b;
+    b.attention = w.attn_skip + w.attn_branch * sqrt(w.o) * c_attn / spread(t.rows[n].forward);
+    b.ffn = w.ffn_skip + w.ffn_branch * sqrt(w.ffn1) * sqrt(w.ffn2) * c_ffn / spread(t.mid[n].forward);
+    out.push_back(b);
+  }
+  return out;
+}
+
+/// log10 of the gradient-norm bound's factor, the product of all layers'
+/// bounds (Eq. 7), kept as a logarithm because it overflows at depth.
+inline double spike_bound_log10(const std::vector<SpikeBounds>& bounds) {
+  double sum = 0;
+  for (const SpikeBounds& b : bounds) sum += std::log10(b.attention) + std::log10(b.ffn);
+  return sum;
 }
 
 }  // namespace sigprop
