@@ -8,11 +8,13 @@
 //   model_validation [--trials N] [--seed X] [--set stacks|schemes]
 //
 // --set schemes runs montecarlo::scheme_models() instead (docs/schemes.md).
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "sigprop/models/measures.hpp"
 #include "sigprop/montecarlo/models.hpp"
 #include "sigprop/montecarlo/validation.hpp"
 
@@ -36,6 +38,8 @@ int main(int argc, char** argv) {
   std::printf("| model | forward var p50 / p90 %% | grad var p50 / p90 %%, value path only | grad var p50 / p90 %% |\n");
   std::printf("|---|---|---|---|\n");
   std::vector<double> forward, before, after;
+  std::vector<std::string> weight_lines;
+  std::vector<double> weight_all;
   for (const auto& k : set == "stacks" ? mc::validation_models() : mc::scheme_models()) {
     mc::SimulationSetup setup;
     setup.trials = trials;
@@ -49,6 +53,28 @@ int main(int argc, char** argv) {
     std::printf("| %s | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f |\n", k.label, f.p50, f.p90, b.p50, b.p90, a.p50,
                 a.p90);
     std::fflush(stdout);
+    // Weight-gradient norms of V, O, W1, W2 (models/measures.hpp), per-layer relative error.
+    const auto [base_config, base_weights] = mc::case_model(k);
+    const auto grads = sigprop::weight_grad_norms(base_config, base_weights, all.predicted);
+    std::vector<double> errs[4];
+    for (std::size_t n = 0; n < grads.size(); ++n) {
+      const auto& m = all.measured.weight_grads[n];
+      const double pred[4] = {grads[n].v, grads[n].o, grads[n].ffn1, grads[n].ffn2};
+      const double meas[4] = {m.v.value, m.o.value, m.ffn1.value, m.ffn2.value};
+      for (int j = 0; j < 4; ++j)
+        if (meas[j] > 0) {
+          errs[j].push_back(100 * std::abs(pred[j] - meas[j]) / meas[j]);
+          weight_all.push_back(errs[j].back());
+        }
+    }
+    if (!errs[0].empty()) {
+      char line[256];
+      const auto pv = mc::percentiles_of(errs[0]), po = mc::percentiles_of(errs[1]), p1 = mc::percentiles_of(errs[2]),
+                 p2 = mc::percentiles_of(errs[3]);
+      std::snprintf(line, sizeof line, "| %s | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f |", k.label, pv.p50,
+                    pv.p90, po.p50, po.p90, p1.p50, p1.p90, p2.p50, p2.p90);
+      weight_lines.push_back(line);
+    }
     forward.insert(forward.end(), all.errors.forward.begin(), all.errors.forward.end());
     before.insert(before.end(), value_only.backward.begin(), value_only.backward.end());
     after.insert(after.end(), all.errors.backward.begin(), all.errors.backward.end());
@@ -56,5 +82,10 @@ int main(int argc, char** argv) {
   const auto f = mc::percentiles_of(forward), b = mc::percentiles_of(before), a = mc::percentiles_of(after);
   std::printf("| all layers of all models | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f |\n", f.p50, f.p90, b.p50, b.p90,
               a.p50, a.p90);
+  std::printf("\nWeight-gradient norms E||dW||_F^2, per-layer relative error p50 / p90 %%:\n\n");
+  std::printf("| model | V | O | W1 | W2 |\n|---|---|---|---|---|\n");
+  for (const auto& l : weight_lines) std::printf("%s\n", l.c_str());
+  const auto w = mc::percentiles_of(weight_all);
+  std::printf("| all matrices, all layers | %.1f / %.1f (p99 %.1f) | | | |\n", w.p50, w.p90, w.p99);
   return 0;
 }

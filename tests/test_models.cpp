@@ -17,7 +17,7 @@ namespace {
 
 // The weight-gradient norms of every layer against the simulation: within 4
 // standard errors plus 6 % (the systematic part measured with 32 trials over
-// both model sets is within about 5 %, docs/models.md). ReZero's branches get
+// both model sets is within about 5 %, docs/schemes.md). ReZero's branches get
 // no gradient at all (beta = 0): both sides are 0.
 void check_weight_grads(const mc::ModelCase& k, const mc::ModelCaseResult& r) {
   const auto [config, weights] = mc::case_model(k);

@@ -9,7 +9,7 @@
 //   backward dx = g W^T:  Var[dx] = d_out * s_w^2 * Var[g],  r_g unchanged.
 // Weight gradient over one sequence of L positions, dW = x^T g, with x and g
 // uncorrelated at initialization (the usual mean-field assumption; checked by
-// simulation in docs/models.md):
+// simulation in docs/schemes.md):
 //   E||dW||_F^2 = d_in d_out L [ (s^2 + mu^2) Var[g] + (L - 1)(r s^2 + mu^2) r_g Var[g] ].
 #pragma once
 

@@ -94,7 +94,7 @@ inline double sensitivity(const Trace& t) {
 /// the d x d matrix). Q and K are not given: their gradients X^T dQ and
 /// X^T dK pair X with a gradient built from X itself (dK_k = sum_i dS_ik q_i),
 /// and the independent-factor form is 10-80 % low in simulation
-/// (docs/models.md, "Weight gradients").
+/// (docs/schemes.md, "Quantities in the trace").
 struct WeightGradNorms {
   double v = 0, o = 0, ffn1 = 0, ffn2 = 0;
 };
