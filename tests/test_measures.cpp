@@ -1,0 +1,96 @@
+// Whole-model measures (models/measures.hpp): their definitions on hand-made
+// cases and their errors. Their agreement with simulation is in test_models.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "catch.hpp"
+#include "sigprop/models/measures.hpp"
+#include "sigprop/models/schemes.hpp"
+
+using namespace sigprop;
+
+namespace {
+ModelConfig small(Arch arch) {
+  ModelConfig c;
+  c.arch = arch;
+  c.layers = 4;
+  c.d = 128;
+  c.heads = 2;
+  c.seq_len = 64;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("measures: Linear's weight-gradient norm", "[measures]") {
+  const Linear<double> lin(100, 50, 0.01);
+  const Moments<double> x{0.5, 2, 0.3, 0};
+  const GradMoments<double> g{3, 0.2};
+  const double L = 10;
+  // d_in d_out L [(s^2 + mu^2) g + (L - 1)(r s^2 + mu^2) r_g g]
+  const double expected = 100 * 50 * L * (2.25 * 3 + 9 * (0.6 + 0.25) * 0.2 * 3);
+  CHECK(lin.weight_grad_sq(x, g, L) == Approx(expected).epsilon(1e-14));
+  CHECK_THROWS_WITH(lin.weight_grad_sq({0, -1, 0, 0}, g, L), Catch::Contains("var = -1"));
+  CHECK_THROWS_WITH(lin.weight_grad_sq(x, g, 0), Catch::Contains("seq_len = 0"));
+}
+
+TEST_CASE("measures: Serial::backward_all hands back every part's input gradient", "[measures]") {
+  const auto block = ffn_block<Relu<double>>(64.0, 4.0, 0.01, 0.02, 0.1);
+  const Moments<double> x{0, 1, 0.4, 0};
+  const GradMoments<double> g{2, 0.3};
+  const auto grads = block.backward_all(x, g);
+  CHECK(grads[4].var == g.var);
+  CHECK(grads[0].var == Approx(block.backward(x, g).var).epsilon(1e-15));
+  CHECK(grads[0].corr_len == Approx(block.backward(x, g).corr_len).epsilon(1e-15));
+  const auto states = block.forward_all(x);
+  CHECK(grads[2].var == Approx(block.part<2>().backward(states[2], grads[3]).var).epsilon(1e-15));
+}
+
+TEST_CASE("measures: Spike No More bounds by hand, and their domain", "[measures]") {
+  ModelConfig c = small(Arch::pre_ln);
+  const ModelWeights w = initialize(c, Scheme::spike_vanilla);
+  const Trace t = trace(c, w);
+  const auto b = spike_bounds(c, w, t);
+  REQUIRE(b.size() == 4);
+  const double d = 128, dffn = 512, dh = 64, h = 2, L = 64, N = 4;
+  const double s = std::sqrt(2 / (5 * d)), so = s / std::sqrt(2 * N);
+  const double sx = std::sqrt(t.mid[1].forward.var * (1 - t.mid[1].forward.corr_dim));
+  CHECK(b[1].ffn == Approx(1 + s * so * std::pow(std::sqrt(d) + std::sqrt(dffn), 2) / sx).epsilon(1e-13));
+  const double jz = h * ((std::sqrt(L) + 2 + 1 / std::sqrt(L)) * s * s * s * std::sqrt(d * d * d * dh) +
+                         s * (std::sqrt(d) + std::sqrt(dh)));
+  const double sa = std::sqrt(t.rows[1].forward.var * (1 - t.rows[1].forward.corr_dim));
+  CHECK(b[1].attention == Approx(1 + so * 2 * std::sqrt(d) * jz / sa).epsilon(1e-13));
+  CHECK(spike_bound_log10(b) ==
+        Approx(std::log10(b[0].attention * b[0].ffn * b[1].attention * b[1].ffn * b[2].attention * b[2].ffn *
+                          b[3].attention * b[3].ffn))
+            .epsilon(1e-12));
+  ModelConfig post = small(Arch::post_ln);
+  const ModelWeights wp = initialize(post, Scheme::xavier);
+  CHECK_THROWS_WITH(spike_bounds(post, wp, trace(post, wp)), Catch::Contains("arch = post-ln"));
+  ModelConfig deeper = c;
+  deeper.layers = 5;
+  CHECK_THROWS_WITH(spike_bounds(deeper, w, t), Catch::Contains("weights.layers.size() = 4"));
+  CHECK_THROWS_WITH(weight_grad_norms(deeper, w, t), Catch::Contains("weights.layers.size() = 4"));
+}
+
+TEST_CASE("measures: output change and sensitivity from the residual shares", "[measures]") {
+  const ModelConfig c = small(Arch::pre_ln);
+  const Trace t = trace(c, initialize(c, Scheme::dslm_simple));
+  const auto shares = residual_shares(t);
+  REQUIRE(shares.size() == 8);
+  double sum = 0;
+  for (double x : shares) sum += x;
+  CHECK(output_change(t) == Approx(sum).epsilon(1e-15));
+  // Each term is N Var[beta f] / Var[lambda x] = N beta_ii^2 / (1 - beta_ii^2), N = 4.
+  const auto terms = sensitivity_terms(t);
+  for (std::size_t i = 0; i < terms.size(); ++i) CHECK(terms[i] == Approx(4 * shares[i] / (1 - shares[i])).epsilon(1e-14));
+  std::vector<double> sorted = terms;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sensitivity(t) == Approx((sorted[3] + sorted[4]) / 2).epsilon(1e-15));
+  // ReZero: no branch, no dependency, no sensitivity.
+  const ModelConfig z = small(Arch::no_ln);
+  const Trace tz = trace(z, initialize(z, Scheme::rezero));
+  CHECK(output_change(tz) == 0);
+  CHECK(sensitivity(tz) == 0);
+  CHECK(tz.rows[4].forward.var == Approx(tz.rows[0].forward.var).epsilon(1e-15));
+}
