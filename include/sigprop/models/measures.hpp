@@ -20,9 +20,8 @@
 //   depth for Post-LN and falls like 1/sqrt(N) for Pre-LN. weight_grad_norms
 //   gives E||dLoss/dW||_F^2 of the weight matrices V, O, W1, W2, from the
 //   trace: each block's parts see the moments Serial::forward_all and
-//   backward_all give them, and each matrix contributes Linear's
-//   weight_grad_sq (V from the gradient at its output,
-//   Attention::projection_grads).
+//   backward_all give them; O, W1 and W2 contribute Linear's weight_grad_sq,
+//   V Attention::weight_grad_sq.
 //   Takase et al., "Spike No More" (2024), sections 2-3 and appendix G: for a
 //   Pre-LN layer, upper bounds on the spectral norms of the sublayer
 //   Jacobians, FFN (Eq. 15) 1 + sigma_1 sigma_2 (sqrt d + sqrt d_ffn)^2 / sigma_x'
@@ -91,10 +90,12 @@ inline double sensitivity(const Trace& t) {
 
 /// E||dLoss/dW||_F^2 of one layer's weight matrices over one sequence of L
 /// positions (the loss summed over positions; V summed over the heads, i.e.
-/// the d x d matrix). Q and K are not given: their gradients X^T dQ and
-/// X^T dK pair X with a gradient built from X itself (dK_k = sum_i dS_ik q_i),
-/// and the independent-factor form is 10-80 % low in simulation
-/// (docs/schemes.md, "Quantities in the trace").
+/// the d x d matrix). Q and K are not given: inside a model the gradient
+/// reaching a layer has passed through later layers' query/key paths, which
+/// carry the same residual stream, so it is correlated with the layer's
+/// input; the moment state has no such cross-moment, and the key gradient,
+/// right for a single head (Attention::weight_grad_sq), is 20-60 % low in deep
+/// layers of whole models (docs/schemes.md, "Quantities in the trace").
 struct WeightGradNorms {
   double v = 0, o = 0, ffn1 = 0, ffn2 = 0;
 };
@@ -105,7 +106,7 @@ template <class Activation>
 std::vector<WeightGradNorms> weight_grad_norms_with(const ModelConfig& config, const ModelWeights& weights,
                                                     const Trace& t) {
   const StackShape<double> s = shape_of(config);
-  const double L = s.seq_len, d = s.d, dk = s.d / s.heads;
+  const double L = s.seq_len;
   std::vector<WeightGradNorms> out;
   for (std::size_t n = 0; n < config.layers; ++n) {
     const LayerWeights& w = weights.layers[n];
@@ -116,8 +117,8 @@ std::vector<WeightGradNorms> weight_grad_norms_with(const ModelConfig& config, c
       const auto states = block.forward_all(io.input);
       const auto grads = block.backward_all(io.input, io.grad_out);
       // grads[1]: the gradient at the heads' concatenated outputs, one head's output per entry.
-      const auto p = block.template part<0>().head().projection_grads(io.input, grads[1]);
-      g.v = s.heads * weight_grad_sq(d, dk, L, io.input, p.value);
+      const auto head = block.template part<0>().head().weight_grad_sq(io.input, grads[1]);
+      g.v = s.heads * head.value;
       g.o = block.template part<1>().weight_grad_sq(states[1], grads[2], L);
     }
     {
