@@ -57,7 +57,12 @@ void xiong_section() {
   for (std::size_t l = 0; l < iid.size(); ++l)
     std::printf("| %zu | %.2f | %.4f | %.4f | %.2f |\n", l, iid[l].lower, iid[l].norm_sq_per_d,
                 corr[l].norm_sq_per_d, iid[l].upper);
-  std::printf("\n");
+  const LastLayerGradient g = xiong_theorem1();
+  std::printf("\nTheorem 1: E||dW2||_F^2 of the last layer (r = 0.2; Pre-LN with its final LayerNorm):\n\n");
+  std::printf("| N | Post-LN | Pre-LN | Pre-LN x N |\n|---|---|---|---|\n");
+  for (std::size_t i = 0; i < g.depths.size(); ++i)
+    std::printf("| %.0f | %.4g | %.4g | %.4g |\n", g.depths[i], g.post_ln[i], g.pre_ln[i], g.pre_ln[i] * g.depths[i]);
+  std::printf("| fit | %s | %s | |\n\n", g.post_fit.law.c_str(), g.pre_fit.law.c_str());
 }
 
 void admin_section() {

@@ -81,6 +81,16 @@ TEST_CASE("reproductions: Xiong et al. Lemma 2", "[reproductions]") {
   CHECK(xiong_pre_ln(1, 0)[1].norm_sq_per_d == Approx(1.5).margin(0.005));
 }
 
+TEST_CASE("reproductions: Xiong et al. Theorem 1, the last W2 gradient over depth", "[reproductions]") {
+  const LastLayerGradient g = xiong_theorem1();
+  // Post-LN: flat (the last layer sees the same LayerNorm-normalized input at every depth).
+  CHECK(g.post_fit.law == "1");
+  CHECK(g.post_ln.back() == Approx(g.post_ln.front()).epsilon(1e-9));
+  // Pre-LN: the final LayerNorm divides by a stream whose variance grows ~N, so the squared norm falls ~1/N.
+  CHECK(g.pre_fit.power == Approx(-1).margin(0.1));
+  CHECK(g.pre_ln.back() * g.depths.back() == Approx(g.pre_ln[3] * g.depths[3]).epsilon(0.1));
+}
+
 TEST_CASE("reproductions: Admin's output change, O(log N) against O(N)", "[reproductions]") {
   const OutputChange o = admin_output_change();
   CHECK(o.post_fit.power == Approx(1).margin(0.05));

@@ -213,6 +213,33 @@ inline std::vector<double> xiong_post_ln(std::size_t layers, double corr_len, st
   return out;
 }
 
+/// Xiong et al.'s Theorem 1 in the Lemma 2 setting (r = 0.2): the expected
+/// squared Frobenius norm of the last layer's W2 gradient over depth N, for
+/// Post-LN and for Pre-LN with its final LayerNorm (the theorem: the norm is
+/// flat for Post-LN and falls like 1/sqrt(N) for Pre-LN, so its square like 1/N).
+struct LastLayerGradient {
+  std::vector<double> depths, post_ln, pre_ln;
+  GrowthFit post_fit, pre_fit;
+};
+
+inline LastLayerGradient xiong_theorem1(const std::vector<double>& depths = {6, 12, 24, 48, 96, 192, 384},
+                                        std::size_t d = 512) {
+  LastLayerGradient g;
+  g.depths = depths;
+  for (double N : depths) {
+    for (Arch arch : {Arch::post_ln, Arch::pre_ln}) {
+      ModelConfig c = xiong_config(arch, static_cast<std::size_t>(N), d);
+      c.final_layernorm = arch == Arch::pre_ln;
+      const ModelWeights w = xiong_weights(c, 0.2);
+      const double last = weight_grad_norms(c, w, trace(c, w)).back().ffn2;
+      (arch == Arch::post_ln ? g.post_ln : g.pre_ln).push_back(last);
+    }
+  }
+  g.post_fit = fit_growth(depths, g.post_ln);
+  g.pre_fit = fit_growth(depths, g.pre_ln);
+  return g;
+}
+
 /// Admin's output change sum_i beta_ii^2 over depth, for Pre-LN, Post-LN,
 /// Admin and Admin's code variant (Xavier weights, BERT-base widths).
 struct OutputChange {
