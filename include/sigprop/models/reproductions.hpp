@@ -15,7 +15,6 @@
 #include <cstddef>
 #include <cstdio>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "sigprop/models/measures.hpp"
@@ -39,13 +38,17 @@ struct GrowthFit {
 
 inline GrowthFit fit_growth(const std::vector<double>& depth, const std::vector<double>& q) {
   const std::size_t n = depth.size();
-  // Least-squares line y = a x + b; returns {a, b}.
+  // Least-squares line y = slope x + intercept.
+  struct Line {
+    double slope, intercept;
+    double at(double x) const { return slope * x + intercept; }
+  };
   const auto line = [n](const std::vector<double>& x, const std::vector<double>& y) {
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (std::size_t i = 0; i < n; ++i) sx += x[i], sy += y[i], sxx += x[i] * x[i], sxy += x[i] * y[i];
     const double k = static_cast<double>(n);
-    const double a = (k * sxy - sx * sy) / (k * sxx - sx * sx);
-    return std::pair<double, double>{a, (sy - a * sx) / k};
+    const double slope = (k * sxy - sx * sy) / (k * sxx - sx * sx);
+    return Line{slope, (sy - slope * sx) / k};
   };
   std::vector<double> log_n(n), log_q(n);
   for (std::size_t i = 0; i < n; ++i) log_n[i] = std::log(depth[i]), log_q[i] = std::log(q[i]);
@@ -55,34 +58,32 @@ inline GrowthFit fit_growth(const std::vector<double>& depth, const std::vector<
     return std::sqrt(s / static_cast<double>(n));
   };
   GrowthFit f;
-  const auto [a, b] = line(log_n, log_q);
-  const auto [c, e] = line(depth, log_q);
-  const auto [g, h] = line(log_n, q);
-  const auto [u, v] = line(depth, q);
-  f.power = a;
-  f.rate = c;
-  f.log_slope = g;
-  f.slope = u;
-  f.rms_power = rms([&](std::size_t i) { return a * log_n[i] + b; });
-  f.rms_exp = rms([&](std::size_t i) { return c * depth[i] + e; });
+  const Line power = line(log_n, log_q), exponential = line(depth, log_q), logarithm = line(log_n, q),
+             linear = line(depth, q);
+  f.power = power.slope;
+  f.rate = exponential.slope;
+  f.log_slope = logarithm.slope;
+  f.slope = linear.slope;
   const auto log_of = [](double x) { return x > 0 ? std::log(x) : 1e300; };
-  f.rms_log = rms([&](std::size_t i) { return log_of(g * log_n[i] + h); });
-  f.rms_linear = rms([&](std::size_t i) { return log_of(u * depth[i] + v); });
+  f.rms_power = rms([&](std::size_t i) { return power.at(log_n[i]); });
+  f.rms_exp = rms([&](std::size_t i) { return exponential.at(depth[i]); });
+  f.rms_log = rms([&](std::size_t i) { return log_of(logarithm.at(log_n[i])); });
+  f.rms_linear = rms([&](std::size_t i) { return log_of(linear.at(depth[i])); });
   double lo = q[0], hi = q[0];
   for (double v : q) lo = std::min(lo, v), hi = std::max(hi, v);
   char text[48];
   if (hi <= 1.25 * lo) {
     f.law = "1";
-  } else if (f.rms_log < std::min({f.rms_power, f.rms_exp, f.rms_linear}) && g > 0) {
+  } else if (f.rms_log < std::min({f.rms_power, f.rms_exp, f.rms_linear}) && f.log_slope > 0) {
     f.law = "log N";
-  } else if (f.rms_linear < std::min(f.rms_power, f.rms_exp) && u > 0) {
-    std::snprintf(text, sizeof text, "linear, %.3g N", u);
+  } else if (f.rms_linear < std::min(f.rms_power, f.rms_exp) && f.slope > 0) {
+    std::snprintf(text, sizeof text, "linear, %.3g N", f.slope);
     f.law = text;
   } else if (f.rms_exp < f.rms_power) {
-    std::snprintf(text, sizeof text, "e^(%.3g N)", c);
+    std::snprintf(text, sizeof text, "e^(%.3g N)", f.rate);
     f.law = text;
   } else {
-    std::snprintf(text, sizeof text, "N^%.2f", a);
+    std::snprintf(text, sizeof text, "N^%.2f", f.power);
     f.law = text;
   }
   return f;
