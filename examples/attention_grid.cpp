@@ -8,6 +8,11 @@
 //       upstream gradient and every measured moment with its standard error,
 //       by gradient path); an interrupted run keeps the points done. Replica
 //       R > 0 simulates the same points with independent random streams.
+//   attention_grid resimulate --point I [--trials N] [--seed X] [--points N] [--scale S]
+//       simulates point I (1-based) of the same grid again with its own
+//       number of trials and seed, and prints the measured forward variance,
+//       covariance and gradient variance next to the closed forms (to follow
+//       up a point whose saved estimate stands out).
 //   attention_grid evaluate FILE[,FILE...] [--format text|markdown]
 //       compares the current closed forms with the saved simulations (the
 //       replicas of one grid in several files are pooled point by point): the
@@ -146,6 +151,30 @@ int simulate(const std::string& path, const mc::GridOptions& opt, std::uint64_t 
   return 0;
 }
 
+int resimulate(const mc::GridOptions& opt, std::size_t point, std::size_t trials, std::uint64_t seed) {
+  const auto grid = mc::attention_grid(opt);
+  if (point < 1 || point > grid.size())
+    usage_error("--point = " + std::to_string(point) + " is outside the valid range [1, " +
+                std::to_string(grid.size()) + "]");
+  auto pt = grid[point - 1];
+  pt.setup.trials = trials;
+  pt.setup.seed = seed;
+  const auto sim = mc::simulate_paths(pt.layer, pt.in, pt.grad_out, pt.setup);
+  const Moments<double> f = pt.layer.forward(pt.in);
+  const GradMoments<double> b = pt.layer.backward(pt.in, pt.grad_out);
+  const auto line = [](const char* what, double ours, const mc::Estimate& m) {
+    std::printf("%-9s ours %.6g  simulated %.6g +- %.2g  (%+.2f %%, z %+.1f)\n", what, ours, m.value, m.std_error,
+                100 * (ours - m.value) / m.value, (ours - m.value) / m.std_error);
+  };
+  std::printf("point %zu: d_in %g d_k %g L %g r %g p %g, %zu trials, seed %llu\n", point, pt.layer.d_in(),
+              pt.layer.d_k(), pt.layer.seq_len(), pt.in.corr_len, pt.layer.p(), trials,
+              static_cast<unsigned long long>(seed));
+  line("var", f.var, sim.forward.var);
+  line("cov", f.cov_len(), sim.forward.cov_len);
+  line("grad var", b.var, sim.backward.var);
+  return 0;
+}
+
 // The mean of independent replicas of one estimate.
 mc::Estimate pool(const std::vector<mc::Estimate>& e) {
   double value = 0, var = 0;
@@ -226,29 +255,36 @@ int evaluate(const std::string& paths, bool markdown) {
 
 int main(int argc, char** argv) {
   try {
-    if (argc < 3) usage_error("usage: attention_grid simulate|evaluate FILE [options]");
-    const std::string mode = argv[1], path = argv[2];
+    if (argc < 3) usage_error("usage: attention_grid simulate|evaluate FILE [options] | resimulate --point I [options]");
+    const std::string mode = argv[1];
+    const bool has_path = mode != "resimulate";
+    const std::string path = has_path ? argv[2] : "";
     mc::GridOptions opt;
     opt.points = 40;
     opt.scale = 1;
     opt.independent_samples = 4000;
     bool markdown = false;
-    std::uint64_t replica = 0;
-    for (int i = 3; i < argc; i += 2) {
+    std::uint64_t replica = 0, seed = 1;
+    std::size_t point = 0, trials = 100;
+    for (int i = has_path ? 3 : 2; i < argc; i += 2) {
       const std::string flag = argv[i];
       if (i + 1 >= argc) usage_error(flag + " expects a value");
       const std::string value = argv[i + 1];
       if (flag == "--points") opt.points = static_cast<std::size_t>(parse(flag, value));
       else if (flag == "--scale") opt.scale = parse(flag, value);
       else if (flag == "--samples") opt.independent_samples = static_cast<std::size_t>(parse(flag, value));
+      else if (flag == "--seed" && mode == "resimulate") seed = static_cast<std::uint64_t>(parse(flag, value));
       else if (flag == "--seed") opt.seed = static_cast<std::uint64_t>(parse(flag, value));
       else if (flag == "--format") markdown = value == "markdown";
       else if (flag == "--replica") replica = static_cast<std::uint64_t>(parse(flag, value));
+      else if (flag == "--point") point = static_cast<std::size_t>(parse(flag, value));
+      else if (flag == "--trials") trials = static_cast<std::size_t>(parse(flag, value));
       else usage_error("unknown flag " + flag);
     }
     if (mode == "simulate") return simulate(path, opt, replica);
     if (mode == "evaluate") return evaluate(path, markdown);
-    usage_error("unknown mode '" + mode + "' (simulate or evaluate)");
+    if (mode == "resimulate") return resimulate(opt, point, trials, seed);
+    usage_error("unknown mode '" + mode + "' (simulate, evaluate or resimulate)");
   } catch (const std::exception& e) {
     std::cerr << "attention_grid: error: " << e.what() << "\n";
     return 2;
