@@ -32,44 +32,13 @@ void check_weight_grads(const mc::ModelCase& k, const mc::ModelCaseResult& r) {
   }
 }
 
-}  // namespace
-
-TEST_CASE("models: per-layer variance and gradient variance against whole-model simulation",
-          "[models][montecarlo]") {
+// Simulates every case (16 trials, seeds from `seed`), prints the per-layer
+// table, checks the weight-gradient norms and, with `per_layer`, every
+// layer's variances and branch variances against the simulation, then the
+// aggregate targets over all layers of all cases.
+void run_model_set(const char* name, const std::vector<mc::ModelCase>& cases, std::uint64_t seed, bool per_layer) {
   std::vector<double> forward, backward;
-  std::uint64_t seed = 7;
-  for (const auto& k : mc::validation_models()) {
-    mc::SimulationSetup setup;
-    setup.trials = 16;
-    setup.seed = ++seed;
-    const mc::ModelCaseResult r = mc::run_case(k, setup);
-    std::printf("%s\n  n   var pred    sim      err%%   grad pred   sim      err%%\n", k.label);
-    for (std::size_t n = 0; n < r.predicted.rows.size(); ++n)
-      std::printf("%3zu %9.4g %9.4g %7.2f  %9.4g %9.4g %7.2f\n", n, r.predicted.rows[n].forward.var,
-                  r.measured.forward[n].var.value, r.errors.forward[n], r.predicted.rows[n].backward.var,
-                  r.measured.backward[n].var.value, r.errors.backward[n]);
-    forward.insert(forward.end(), r.errors.forward.begin(), r.errors.forward.end());
-    backward.insert(backward.end(), r.errors.backward.begin(), r.errors.backward.end());
-    // Every layer of these models is inside the validated domain.
-    CHECK(sigprop::outside_domain(r.predicted).empty());
-    check_weight_grads(k, r);
-  }
-  const auto f = mc::percentiles_of(forward), b = mc::percentiles_of(backward);
-  std::printf("forward var error p50 %.2f%% p90 %.2f%%; grad var error p50 %.2f%% p90 %.2f%%\n", f.p50,
-              f.p90, b.p50, b.p90);
-  // Issue targets: median <= 3% and 90th percentile <= 10% for both. With 16
-  // trials of L x d entries the per-layer standard errors are about 0.5-2%
-  // (printed by the simulation), well inside these limits.
-  CHECK(f.p50 <= 3);
-  CHECK(f.p90 <= 10);
-  CHECK(b.p50 <= 3);
-  CHECK(b.p90 <= 10);
-}
-
-TEST_CASE("models: every further scheme against whole-model simulation", "[models][schemes][montecarlo]") {
-  std::vector<double> forward, backward;
-  std::uint64_t seed = 101;
-  for (const auto& k : mc::scheme_models()) {
+  for (const auto& k : cases) {
     mc::SimulationSetup setup;
     setup.trials = 16;
     setup.seed = ++seed;
@@ -80,30 +49,49 @@ TEST_CASE("models: every further scheme against whole-model simulation", "[model
       const auto& b = r.measured.backward[n].var;
       std::printf("%3zu %9.4g %9.4g %7.2f  %9.4g %9.4g %7.2f\n", n, r.predicted.rows[n].forward.var, f.value,
                   r.errors.forward[n], r.predicted.rows[n].backward.var, b.value, r.errors.backward[n]);
-      // Every layer: within 4 standard errors of the simulation plus 3 % for
-      // the finite-width terms the closed forms leave out (about 2 % at d = 128,
+      if (!per_layer) continue;
+      // Within 4 standard errors of the simulation plus 3 % for the
+      // finite-width terms the closed forms leave out (about 2 % at d = 128,
       // docs/validation.md); a wrong scale or a missing path is far outside.
       INFO(k.label << " layer " << n);
       CHECK(std::abs(r.predicted.rows[n].forward.var - f.value) <= 4 * f.std_error + 0.03 * f.value);
       CHECK(std::abs(r.predicted.rows[n].backward.var - b.value) <= 4 * b.std_error + 0.03 * b.value);
     }
     // Each sublayer's branch variance (and so beta_ii^2) against the simulation.
-    for (std::size_t n = 0; n < k.config.layers; ++n) {
+    for (std::size_t n = 0; per_layer && n < k.config.layers; ++n) {
       INFO(k.label << " branches of layer " << n + 1);
       const auto& a = r.measured.branch_attn[n];
       const auto& f = r.measured.branch_ffn[n];
       CHECK(std::abs(r.predicted.mid[n].branch_var - a.value) <= 4 * a.std_error + 0.03 * a.value);
       CHECK(std::abs(r.predicted.rows[n + 1].branch_var - f.value) <= 4 * f.std_error + 0.03 * f.value);
     }
+    // Every layer of these models is inside the validated domain.
+    CHECK(sigprop::outside_domain(r.predicted).empty());
     check_weight_grads(k, r);
     forward.insert(forward.end(), r.errors.forward.begin(), r.errors.forward.end());
     backward.insert(backward.end(), r.errors.backward.begin(), r.errors.backward.end());
   }
   const auto f = mc::percentiles_of(forward), b = mc::percentiles_of(backward);
-  std::printf("schemes: forward var error p50 %.2f%% p90 %.2f%%; grad var error p50 %.2f%% p90 %.2f%%\n", f.p50,
+  std::printf("%s: forward var error p50 %.2f%% p90 %.2f%%; grad var error p50 %.2f%% p90 %.2f%%\n", name, f.p50,
               f.p90, b.p50, b.p90);
+  // Issue targets: median <= 3% and 90th percentile <= 10% for both. With 16
+  // trials of L x d entries the per-layer standard errors are about 0.5-2%
+  // (printed by the simulation), well inside these limits.
   CHECK(f.p50 <= 3);
   CHECK(f.p90 <= 10);
   CHECK(b.p50 <= 3);
   CHECK(b.p90 <= 10);
+}
+
+}  // namespace
+
+TEST_CASE("models: per-layer variance and gradient variance against whole-model simulation",
+          "[models][montecarlo]") {
+  // Per-layer checks are left to the aggregate here: three models keep a
+  // documented 4-5 % gradient offset at d = 64-128 (docs/validation.md).
+  run_model_set("stacks", mc::validation_models(), 7, false);
+}
+
+TEST_CASE("models: every further scheme against whole-model simulation", "[models][schemes][montecarlo]") {
+  run_model_set("schemes", mc::scheme_models(), 101, true);
 }
