@@ -29,7 +29,7 @@
 //               eps = 0.1 (N <= 18), 1e-5 (N <= 24), 1e-6 (deeper)
 //   rezero      Bachlechner et al. (2021): no LayerNorm, xavier, branch scale 0
 //   skipinit    De and Smith (NeurIPS 2020): the same at initialization
-//   spike-vanilla       Takase et al. ("Spike No More") 3: Pre-LN, every matrix and
+//   spike-vanilla       Takase et al. ("Spike No More") 4: Pre-LN, every matrix and
 //                       table 2/(5d), W2 and O further times 1/(2N)
 //   scaled-embed        spike-vanilla with the embedding times sqrt(d)
 //   embed-ln            spike-vanilla with a LayerNorm on the embedding
@@ -81,11 +81,11 @@ inline const std::array<SchemeInfo, 16>& schemes() {
       {Scheme::layerscale, "layerscale", Arch::pre_ln, "Touvron et al., ICCV 2021 (CaiT)"},
       {Scheme::rezero, "rezero", Arch::no_ln, "Bachlechner et al., UAI 2021"},
       {Scheme::skipinit, "skipinit", Arch::no_ln, "De and Smith, NeurIPS 2020"},
-      {Scheme::spike_vanilla, "spike-vanilla", Arch::pre_ln, "Takase et al., Spike No More, 3 (Vanilla)"},
+      {Scheme::spike_vanilla, "spike-vanilla", Arch::pre_ln, "Takase et al., Spike No More, 4 (Vanilla)"},
       {Scheme::scaled_embed, "scaled-embed", Arch::pre_ln, "Takase et al., Spike No More, 4 (Scaled Embed)"},
       {Scheme::embed_ln, "embed-ln", Arch::pre_ln, "Takase et al., Spike No More, 4 (Embed LN)"},
       {Scheme::xavier_scaled_embed, "xavier-scaled-embed", Arch::pre_ln,
-       "Takase et al., Spike No More, C (Xavier Init + Scaled Embed)"},
+       "Takase et al., Spike No More, B.1 (Xavier Init + Scaled Embed)"},
   }};
   return table;
 }
