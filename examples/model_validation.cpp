@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   std::vector<double> forward, before, after;
   std::vector<std::string> weight_lines;
   std::vector<double> weight_all;
+  std::vector<std::string> key_lines;
   for (const auto& k : set == "stacks" ? mc::validation_models() : mc::scheme_models()) {
     mc::SimulationSetup setup;
     setup.trials = trials;
@@ -67,6 +68,14 @@ int main(int argc, char** argv) {
           weight_all.push_back(errs[j].back());
         }
     }
+    // The key with an isotropic layer input, predicted / measured by layer.
+    std::string keys = std::string("| ") + k.label + " |";
+    for (std::size_t n = 0; n < grads.size(); ++n) {
+      char cell[32];
+      std::snprintf(cell, sizeof cell, " %.2f", grads[n].key_isotropic / all.measured.weight_grads[n].k.value);
+      keys += cell;
+    }
+    key_lines.push_back(keys + " |");
     if (!errs[0].empty()) {
       char line[256];
       const auto pv = mc::percentiles_of(errs[0]), po = mc::percentiles_of(errs[1]), p1 = mc::percentiles_of(errs[2]),
@@ -87,5 +96,8 @@ int main(int argc, char** argv) {
   for (const auto& l : weight_lines) std::printf("%s\n", l.c_str());
   const auto w = mc::percentiles_of(weight_all);
   std::printf("| all matrices, all layers | %.1f / %.1f (p99 %.1f) | | | |\n", w.p50, w.p90, w.p99);
+  std::printf("\nKey weight gradient with an isotropic layer input (key_isotropic), predicted / measured, layers 1..N:\n\n");
+  std::printf("| model | ratios |\n|---|---|\n");
+  for (const auto& l : key_lines) std::printf("%s\n", l.c_str());
   return 0;
 }

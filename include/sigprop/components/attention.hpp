@@ -247,14 +247,32 @@ class Attention : public Component<Attention<T>, T> {
   /// r > 0; the key's is 10-18 % high for i.i.d. inputs with r_g >= 0.5.
   /// Wq is not given: its gradient misses a further correlation at r = 0,
   /// r_g > 0 (-10 to -19 %), not yet derived.
-  HeadWeightGrads<T> weight_grad_sq(const Moments<T>& in, const GradMoments<T>& g) const {
+  ///
+  /// The coherent part is quadratic in the position-specific part u of the
+  /// input: it contracts tr(Sigma^2), Sigma = E[u^T u] for the given weights,
+  /// which the isotropic Sigma = (1 - r) s^2 I makes ((1 - r) s^2)^2 d_in.
+  /// `spread` = d_in tr(Sigma^2) / tr(Sigma)^2, in [1, d_in] (1 when
+  /// isotropic), multiplies it: an input that has passed through random
+  /// weight matrices is anisotropic (one Gaussian linear map d -> d gives
+  /// spread 2 + 1/d), which is what the other overload cannot see.
+  HeadWeightGrads<T> weight_grad_sq(const Moments<T>& in, const GradMoments<T>& g, const T& spread) const {
+    require_width(name, "spread", spread);
+    for (std::size_t i = 0; i < lane_count(spread); ++i) {
+      const double v = static_cast<double>(lane(spread, i)), d = static_cast<double>(lane(d_in_, i));
+      if (v > d) detail::raise_domain(name, "spread", v, "[1, d_in = " + detail::format_number(d) + "]");
+    }
     const ProjectionGrads<T> p = projection_grads(in, g);
     const AttentionTerms<T> a = terms_of(in);
     const T& L = seq_len_;
     const T sequence = L * a.second + L * (L - 1) * feasible_corr(g.corr_len) * a.common;
-    const T coherent = a.pos_var * a.pos_var * d_in_ * d_in_ * d_k_ * q_var_ * g.var * sequence;
+    const T coherent = spread * a.pos_var * a.pos_var * d_in_ * d_in_ * d_k_ * q_var_ * g.var * sequence;
     return {sigprop::weight_grad_sq(d_in_, d_k_, L, in, p.key) + coherent * v_var_,
             sigprop::weight_grad_sq(d_in_, d_k_, L, in, p.value) + coherent * k_var_};
+  }
+
+  /// The same for an isotropic input (spread 1).
+  HeadWeightGrads<T> weight_grad_sq(const Moments<T>& in, const GradMoments<T>& g) const {
+    return weight_grad_sq(in, g, T(1) + 0 * in.var);
   }
 
   /// The paper's forms (B.8 as printed, SPEC.md), kept for comparison: they

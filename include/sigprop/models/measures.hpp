@@ -89,15 +89,15 @@ inline double sensitivity(const Trace& t) {
 }
 
 /// E||dLoss/dW||_F^2 of one layer's weight matrices over one sequence of L
-/// positions (the loss summed over positions; V summed over the heads, i.e.
-/// the d x d matrix). Q and K are not given: inside a model the gradient
-/// reaching a layer has passed through later layers' query/key paths, which
-/// carry the same residual stream, so it is correlated with the layer's
-/// input; the moment state has no such cross-moment, and the key gradient,
-/// right for a single head (Attention::weight_grad_sq), is 20-60 % low in deep
-/// layers of whole models (docs/schemes.md, "Quantities in the trace").
+/// positions (the loss summed over positions; V and K summed over the heads,
+/// i.e. the d x d matrices). Q is not given. `key_isotropic` is the key's
+/// with the layer input taken as isotropic (Attention::weight_grad_sq with
+/// spread 1): right for a Gaussian input such as the first layer's, low in
+/// deeper layers, whose input has passed through random weight matrices and
+/// has an anisotropic position-specific covariance (spread > 1) that the
+/// moment state does not track (docs/schemes.md, "Quantities in the trace").
 struct WeightGradNorms {
-  double v = 0, o = 0, ffn1 = 0, ffn2 = 0;
+  double v = 0, o = 0, ffn1 = 0, ffn2 = 0, key_isotropic = 0;
 };
 
 namespace detail {
@@ -119,6 +119,7 @@ std::vector<WeightGradNorms> weight_grad_norms_with(const ModelConfig& config, c
       // grads[1]: the gradient at the heads' concatenated outputs, one head's output per entry.
       const auto head = block.template part<0>().head().weight_grad_sq(io.input, grads[1]);
       g.v = s.heads * head.value;
+      g.key_isotropic = s.heads * head.key;
       g.o = block.template part<1>().weight_grad_sq(states[1], grads[2], L);
     }
     {
