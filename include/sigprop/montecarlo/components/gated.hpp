@@ -1,0 +1,49 @@
+// sigprop/montecarlo/components/gated.hpp -- the empirical twin of the gated
+// FFN block (blocks/ffn_block.hpp, glu_ffn_block): real
+// Y = dropout((act(X W1) * (X V)) W2) with Gaussian W1, V, W2 and real backprop
+//   dH = dY W2^T,  dX = (dH * X V * act'(X W1)) W1^T + (dH * act(X W1)) V^T.
+#pragma once
+
+#include "sigprop/blocks/ffn_block.hpp"
+#include "sigprop/montecarlo/ops.hpp"
+#include "sigprop/montecarlo/sampler.hpp"
+#include "sigprop/montecarlo/validation.hpp"
+
+namespace sigprop::montecarlo {
+
+/// Simulates `block` with the entrywise activation `activation` (the one the
+/// block's type names) on setup.seq_len positions.
+template <class Activation>
+SimulationResult simulate(const GluFfnBlock<double, Activation>& block, ops::Activation activation,
+                          const Moments<double>& in, const GradMoments<double>& grad, const SimulationSetup& setup) {
+  constexpr const char* fn = "sigprop::montecarlo::simulate(GluFfnBlock)";
+  require_setup(fn, setup);
+  const Linear<double>& first = block.template part<0>().gate().template part<0>();
+  const Linear<double>& value = block.template part<0>().value();
+  const Linear<double>& second = block.template part<1>();
+  const double p = block.template part<2>().p();
+  const Eigen::Index d = to_size(fn, "d", first.d_in()), h = to_size(fn, "hidden", first.d_out());
+  Random rng(setup.seed);
+  MomentAccumulator fwd, bwd;
+  for (std::size_t t = 0; t < setup.trials; ++t) {
+    const ops::Matrix x = sample_activations(setup.seq_len, d, in, rng);
+    const ops::Matrix w1 = rng.normal_matrix(d, h, first.weight_var()), v = rng.normal_matrix(d, h, value.weight_var()),
+                      w2 = rng.normal_matrix(h, d, second.weight_var());
+    const ops::Matrix pre = x * w1, b = x * v;
+    const ops::Matrix a = ops::activation_forward(activation, pre);
+    ops::Matrix y = a.cwiseProduct(b) * w2;
+    ops::Matrix g = sample_gradient(setup.seq_len, d, grad, rng);
+    if (p > 0) {
+      const ops::Matrix mask = ops::dropout_mask(y.rows(), y.cols(), p, rng);
+      y = y.cwiseProduct(mask);
+      g = g.cwiseProduct(mask);
+    }
+    fwd.add(y);
+    const ops::Matrix dh = g * w2.transpose();
+    bwd.add(ops::activation_backward(activation, pre, dh.cwiseProduct(b)) * w1.transpose() +
+            dh.cwiseProduct(a) * v.transpose());
+  }
+  return {fwd.result(), bwd.grad_result()};
+}
+
+}  // namespace sigprop::montecarlo
