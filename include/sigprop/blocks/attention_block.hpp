@@ -4,11 +4,13 @@
 // dropout on the output. LayerNorm placement is left to the stack.
 //
 // Reference: Kedia et al. (ICML 2024), appendix C.1. Built by composition:
-//   serial(multi_head(Attention(d, d/H, L, q, k, v, p), H), Linear(d, d, o), Dropout(p)).
+//   serial(multi_head(Attention(d, d/H, L, q, k, v, p), H), Linear(d, d, o), Dropout(p)),
+// and the decoder's block with CausalAttention in place of Attention.
 #pragma once
 
 #include "sigprop/blocks/multi_head.hpp"
 #include "sigprop/components/attention.hpp"
+#include "sigprop/components/causal_attention.hpp"
 #include "sigprop/components/dropout.hpp"
 #include "sigprop/components/linear.hpp"
 #include "sigprop/core/serial.hpp"
@@ -30,6 +32,18 @@ AttentionBlock<T> attention_block(T d, T heads, T seq_len, const AttentionWeight
                                   AttentionGradient gradient = AttentionGradient::all_paths) {
   require_width("sigprop::attention_block", "heads", heads);
   return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient), heads),
+                Linear<T>(d, d, w.o), Dropout<T>(p));
+}
+
+template <class T>
+using CausalAttentionBlock = Serial<T, MultiHead<T, CausalAttention<T>>, Linear<T>, Dropout<T>>;
+
+/// The causal (decoder) attention block: every head masked to keys 1..i.
+template <class T>
+CausalAttentionBlock<T> causal_attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
+                                              AttentionGradient gradient = AttentionGradient::all_paths) {
+  require_width("sigprop::causal_attention_block", "heads", heads);
+  return serial(multi_head(CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient), heads),
                 Linear<T>(d, d, w.o), Dropout<T>(p));
 }
 

@@ -116,6 +116,31 @@ struct AttentionTerms {
   T width_term;    ///< c sigma^4, the second-order query-norm fluctuation term
 };
 
+/// The sums over the softmax weights that the closed forms use, per query i
+/// (S2_i = E sum_k P_ik^2, J_i = E sum_k P_ik^2 (1 - 2 P_ik + sum_l P_il^2),
+/// shrink_i = 1 - S2_i), per key k (sums over the queries that attend to it),
+/// and over pairs of queries i != m (X_im = E sum_k P_ik P_mk). Full
+/// attention over L keys: S2 = F_var/L, J = F_jac/L, X = F_cov/L for every
+/// query, and key k collects S2, J and (L - 1) X. The causal mask changes only
+/// these sums (CausalAttention, components/causal_attention.hpp).
+template <class T>
+struct SoftmaxSums {
+  T sum_sq;        ///< S2 of the query (or its mean over the queries)
+  T shrink_sq;     ///< shrink^2 (or its mean)
+  T jacobian;      ///< J of the query (or its mean)
+  T key_sq;        ///< sum over the queries of E P_ik^2 at key k (or its mean)
+  T key_jacobian;  ///< sum over the queries of E P_ik^2 (1 - 2 P_ik + sum_l P_il^2) at key k
+  T key_pairs;     ///< sum over query pairs i != m of E P_ik P_mk at key k (or its mean)
+  T shrink_cross;  ///< mean over query pairs of shrink_i shrink_m
+  T pair_cross;    ///< mean over query pairs of X_im
+  /// key_pairs and pair_cross with each pair weighted by the centring of the
+  /// softmax Jacobian that the pair shares: dS_ik = P_ik g_i . (v_k - vbar_i),
+  /// and for two queries E[(v_k - vbar_i) . (v_k - vbar_m)] is pos_var times
+  /// shrink of the query with fewer keys. Full attention: ~1, not applied.
+  T key_pairs_centred;
+  T pair_cross_centred;
+};
+
 /// Moments of the gradients at one head's projection outputs (Attention::projection_grads).
 template <class T>
 struct ProjectionGrads {
@@ -180,19 +205,43 @@ class Attention : public Component<Attention<T>, T> {
 
   Moments<T> forward_impl(const Moments<T>& in) const {
     const AttentionTerms<T> a = terms_of(in);
+    return forward_with(a, softmax_sums(a));
+  }
+
+  /// The softmax sums of full attention over the L keys (SoftmaxSums).
+  SoftmaxSums<T> softmax_sums(const AttentionTerms<T>& a) const {
     const T& L = seq_len_;
-    const T mean_shrink = 1 - a.weight_sq / L;  // E[sum_k P_ik delta_kj] = gamma_ij (1 - F_var/L)
-    const T tilt_sq = a.tilt_var * mean_shrink * mean_shrink;
-    const T second = a.common + tilt_sq + a.weight_sq * (a.pos_var + a.tilt_var) / L +
-                     p_ / (1 - p_) * a.weight_sq * (a.second + 4 * a.tilt_var) / L;
-    const T cov = a.common + a.corr_queries * tilt_sq +
-                  a.weight_cross * (a.pos_var + a.corr_queries * a.tilt_var) / L;
+    const T sum_sq = a.weight_sq / L, shrink = 1 - sum_sq, jacobian = a.weight_jacobian / L;
+    const T pair_cross = a.weight_cross / L;
+    return {sum_sq,        shrink * shrink, jacobian,   sum_sq, jacobian, (L - 1) * pair_cross, shrink * shrink,
+            pair_cross,    (L - 1) * pair_cross, pair_cross};
+  }
+
+  /// The output moments for the intermediate moments `a` and softmax sums
+  /// `s` (forward() is forward_with(terms(in), softmax_sums(terms(in)))):
+  /// E[O_i^2] and the mean over query pairs of E[O_i O_m] of the header,
+  /// with gamma_ij (1 - F_var/L) = gamma_ij shrink_i.
+  Moments<T> forward_with(const AttentionTerms<T>& a, const SoftmaxSums<T>& s) const {
+    const T second = a.common + a.tilt_var * s.shrink_sq + s.sum_sq * (a.pos_var + a.tilt_var) +
+                     p_ / (1 - p_) * s.sum_sq * (a.second + 4 * a.tilt_var);
+    const T cov = a.common + a.corr_queries * a.tilt_var * s.shrink_cross +
+                  s.pair_cross * (a.pos_var + a.corr_queries * a.tilt_var);
     Moments<T> out;
-    out.mean = 0 * L;
+    out.mean = 0 * second;
     out.var = d_in_ * v_var_ * second;
     out.corr_len = math::ratio_or(cov, second, 1);
-    out.corr_dim = 0 * L;
+    out.corr_dim = 0 * second;
     return out;
+  }
+
+  /// The input gradient for terms `a` and softmax sums `s` (backward() is
+  /// backward_with(in, terms(in), softmax_sums(terms(in)), g)).
+  GradMoments<T> backward_with(const Moments<T>& in, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
+                               const GradMoments<T>& g) const {
+    const PathMoments value = value_path_of(s, g);
+    if (gradient_ == AttentionGradient::value_path_only) return grad_of(value);
+    const PathMoments softmax = softmax_path_of(a, s, in, g);
+    return grad_of({value.var + softmax.var, value.cov + softmax.cov});
   }
 
   /// dLoss/dX = value path (through V) + softmax path (through Q and K); the
@@ -200,17 +249,14 @@ class Attention : public Component<Attention<T>, T> {
   /// covariances add.
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
     const AttentionTerms<T> a = terms_of(in);
-    const PathMoments value = value_path_of(a, g);
-    if (gradient_ == AttentionGradient::value_path_only) return grad_of(value);
-    const PathMoments softmax = softmax_path_of(a, in, g);
-    return grad_of({value.var + softmax.var, value.cov + softmax.cov});
+    return backward_with(in, a, softmax_sums(a), g);
   }
 
   /// The gradient through V alone, dX = dropout(P)^T g Wv^T (validated like backward()).
   GradMoments<T> value_path(const Moments<T>& in, const GradMoments<T>& g) const {
     require_moments(name, in);
     require_grad_moments(name, g);
-    return checked_grad(grad_of(value_path_of(terms_of(in), g)));
+    return checked_grad(grad_of(value_path_of(softmax_sums(terms_of(in)), g)));
   }
 
   /// The gradient through the softmax alone, dX = dQ Wq^T + dK Wk^T
@@ -218,7 +264,8 @@ class Attention : public Component<Attention<T>, T> {
   GradMoments<T> softmax_path(const Moments<T>& in, const GradMoments<T>& g) const {
     require_moments(name, in);
     require_grad_moments(name, g);
-    return checked_grad(grad_of(softmax_path_of(terms_of(in), in, g)));
+    const AttentionTerms<T> a = terms_of(in);
+    return checked_grad(grad_of(softmax_path_of(a, softmax_sums(a), in, g)));
   }
 
   /// The gradients at the outputs of one head's projections, dLoss/dQ,
@@ -228,9 +275,10 @@ class Attention : public Component<Attention<T>, T> {
     require_moments(name, in);
     require_grad_moments(name, g);
     const AttentionTerms<T> a = terms_of(in);
-    const ProjectionPaths s = softmax_outputs_of(a, in, g);
+    const SoftmaxSums<T> sums = softmax_sums(a);
+    const ProjectionPaths s = softmax_outputs_of(a, sums, in, g);
     return {checked_grad(grad_of(s.query)), checked_grad(grad_of(s.key)),
-            checked_grad(grad_of(value_output_of(a, g)))};
+            checked_grad(grad_of(value_output_of(sums, g)))};
   }
 
   /// E||dLoss/dW||_F^2 of this head's Wk and Wv over one sequence, for input
@@ -327,47 +375,48 @@ class Attention : public Component<Attention<T>, T> {
     return {d_k_ * weight_var * m.var, d_k_ * weight_var * m.cov};
   }
 
-  // dLoss/dV = dropout(P)^T g.
-  PathMoments value_output_of(const AttentionTerms<T>& a, const GradMoments<T>& g) const {
+  // dLoss/dV = dropout(P)^T g: per key E|sum_i P_ik g_i|^2, and the mean
+  // over key pairs from sum_k dV_k = sum_i (sum_k dropout(P)_ik) g_i (rows of
+  // P sum to 1; the masks add p/(1 - p) S2_i).
+  PathMoments value_output_of(const SoftmaxSums<T>& s, const GradMoments<T>& g) const {
     const T& L = seq_len_;
     const T r_g = feasible_corr(g.corr_len);
-    const T var = g.var * (a.weight_sq / (L * (1 - p_)) + r_g * (L - 1) / L * a.weight_cross);
-    const T cov = g.var * ((1 - a.weight_sq / L) / (L - 1) + r_g * (1 - a.weight_cross / L));
+    const T var = g.var * (s.key_sq / (1 - p_) + r_g * s.key_pairs);
+    const T cov = g.var * ((1 - s.sum_sq) / (L - 1) + r_g * (1 - s.key_pairs / (L - 1)));
     return {var, cov};
   }
 
-  PathMoments value_path_of(const AttentionTerms<T>& a, const GradMoments<T>& g) const {
-    return through(value_output_of(a, g), v_var_);
+  PathMoments value_path_of(const SoftmaxSums<T>& s, const GradMoments<T>& g) const {
+    return through(value_output_of(s, g), v_var_);
   }
 
   // dLoss/dQ and dLoss/dK through the softmax Jacobian.
-  ProjectionPaths softmax_outputs_of(const AttentionTerms<T>& a, const Moments<T>& in,
+  ProjectionPaths softmax_outputs_of(const AttentionTerms<T>& a, const SoftmaxSums<T>& s, const Moments<T>& in,
                                      const GradMoments<T>& g) const {
     const T& L = seq_len_;
     const T t = d_in_ * q_var_ * k_var_;
-    const T base = v_var_ * g.var * d_in_ * d_in_ / L;  // times k_var for dQ, q_var for dK
-    const T shrink = 1 - a.weight_sq / L;
-    const T coherent = L * shrink * shrink * a.pos_cov_sq / d_in_;
+    const T base = v_var_ * g.var * d_in_ * d_in_;  // times k_var for dQ, q_var for dK
     const T shared_var = in.corr_len * in.var;  // r s^2
     const T shared4 = a.common * a.common + 2 * shared_var * (shared_var + 2 * in.mean * in.mean) / d_in_;
     const T values = (a.pos_var + p_ * a.common) / (1 - p_);
     const T common_eff = a.common + (a.pos_var * a.pos_var * a.pos_var +
                                      2 * a.pos_var * a.common * a.common) * t * (2 + d_in_ / d_k_);
     const T r_g = feasible_corr(g.corr_len);
-    const PathMoments query{base * k_var_ * (a.weight_jacobian * a.pos_var * values + coherent),
-                            base * k_var_ * r_g * (a.weight_cross * a.pos_var * a.pos_var + coherent)};
+    const T coherent = a.pos_cov_sq / d_in_;
+    const PathMoments query{base * k_var_ * (s.jacobian * a.pos_var * values + s.shrink_sq * coherent),
+                            base * k_var_ * r_g * (s.pair_cross_centred * a.pos_var * a.pos_var + s.shrink_cross * coherent)};
     const T key_var =
-        a.weight_jacobian * (a.pos_var * a.second + p_ * (a.common * a.pos_var + shared4)) / (1 - p_) +
-        (L - 1) * r_g * a.weight_cross * a.pos_var * common_eff;
+        s.key_jacobian * (a.pos_var * a.second + p_ * (a.common * a.pos_var + shared4)) / (1 - p_) +
+        r_g * s.key_pairs_centred * a.pos_var * common_eff;
     // A negative r_g makes the coherent key term negative; the variance it
     // belongs to cannot be (only reachable far outside the validated domain).
     const T key_var_bounded = base * q_var_ * math::clamp_nonnegative(key_var);
     return {query, {key_var_bounded, -key_var_bounded / (L - 1)}, {0 * L, 0 * L}};
   }
 
-  PathMoments softmax_path_of(const AttentionTerms<T>& a, const Moments<T>& in,
+  PathMoments softmax_path_of(const AttentionTerms<T>& a, const SoftmaxSums<T>& s, const Moments<T>& in,
                               const GradMoments<T>& g) const {
-    const ProjectionPaths o = softmax_outputs_of(a, in, g);
+    const ProjectionPaths o = softmax_outputs_of(a, s, in, g);
     const PathMoments q = through(o.query, q_var_), k = through(o.key, k_var_);
     return {q.var + k.var, q.cov + k.cov};
   }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "sigprop/components/attention.hpp"
@@ -33,14 +34,16 @@ struct AttentionTrial {
 };
 
 /// One forward and backward pass: x is L x d_in, g is L x d_k, mask is the
-/// L x L inverted-dropout mask (empty for p = 0).
+/// L x L inverted-dropout mask (empty for p = 0); `causal`: query i attends
+/// to keys 1..i only (the scores above the diagonal are -inf).
 inline AttentionTrial attention_trial(const Eigen::MatrixXd& x, const Eigen::MatrixXd& wq,
                                       const Eigen::MatrixXd& wk, const Eigen::MatrixXd& wv,
-                                      const Eigen::MatrixXd& mask, const Eigen::MatrixXd& g) {
+                                      const Eigen::MatrixXd& mask, const Eigen::MatrixXd& g, bool causal = false) {
   const double inv_sqrt_dk = 1 / std::sqrt(static_cast<double>(wq.cols()));
   const Eigen::MatrixXd q = x * wq, k = x * wk, v = x * wv;
   // Scores and a row softmax over the keys, shifted by the row maximum.
   Eigen::MatrixXd prob = (q * k.transpose()) * inv_sqrt_dk;
+  if (causal) prob.triangularView<Eigen::StrictlyUpper>().setConstant(-std::numeric_limits<double>::infinity());
   const Eigen::VectorXd row_max = prob.rowwise().maxCoeff();
   prob = (prob.colwise() - row_max).array().exp().matrix();
   const Eigen::VectorXd row_sum = prob.rowwise().sum();

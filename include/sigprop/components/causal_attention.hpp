@@ -1,0 +1,280 @@
+// sigprop/components/causal_attention.hpp -- single-head attention with the
+// causal mask: query i (positions 1..L) attends to keys 1..i only,
+//   P = softmax over k <= i of Q K^T / sqrt(d_k),   Y = dropout_p(P) V.
+//
+// References: Vaswani et al., "Attention Is All You Need" (2017), section
+// 3.2.3 (the mask); Radford et al. (2019, GPT-2) and Touvron et al. (2023,
+// Llama) use it in every layer. Not in the seed papers, which analyse
+// encoders; the moments below extend attention.hpp.
+//
+// Derivation. Everything in attention.hpp holds per query with L replaced by
+// its number of keys n = i: given the query, its scores over its i keys are
+// i.i.d. as before, so its softmax sums are those of full attention over i
+// keys, S2_i = F_var(i)/i, J_i = F_jac(i)/i, shrink_i = 1 - S2_i (n = 1:
+// P = 1, S2 = 1, J = 0). Two queries i < m share the keys 1..i; query m puts
+// about i/m of its weight on them, so X_im = E sum_{k<=i} P_ik P_mk =
+// F_cov(i)/m (uniform attention: exactly 1/m). The formulas of attention.hpp
+// are written in these sums (SoftmaxSums), and only the sums change:
+//   per query   S2_i, shrink_i^2, J_i;
+//   per key k   sum_{i>=k} S2_i/i, sum_{i>=k} J_i/i (each query spreads its sums
+//               evenly over its keys), and the query pairs that both attend to k,
+//               sum_{i != m >= k} X_ik... = 2 sum_{i>=k} F_cov(i) (H_L - H_i)/i
+//               (H_n the harmonic number);
+//   averages    the means over positions of these (the per-key means equal the
+//               per-query ones), and over query pairs
+//               mean shrink_i shrink_m = ((sum shrink)^2 - sum shrink^2)/(L (L - 1)),
+//               mean X_im = 2 sum_i F_cov(i) (H_L - H_i)/(L (L - 1)).
+// forward()/backward() give the sequence averages (the moment state of the
+// whole sequence: mean variance, mean covariance over position pairs); the
+// position_* functions give each position's variance (and, forward, its mean
+// covariance with the other positions).
+//
+// Query pairs also share the centring of the softmax Jacobian, dS_ik =
+// P_ik g_i . (v_k - vbar_i): for i < m, E[(v_k - vbar_i) . (v_k - vbar_m)] =
+// pos_var (1 - <P>_i - <P>_m + X_im) with <P>_n = E sum P^3 / E sum P^2 =
+// (1 - J_n/S2_n + S2_n)/2 (1/n when uniform: then 1 - 1/i exactly). The
+// softmax path's pair sums carry it (SoftmaxSums::key_pairs_centred,
+// pair_cross_centred); for full attention it is 1 - O(1/L) and not applied.
+//
+// Cost: one evaluation of attention.hpp's intermediate moments per key count
+// n = 2..L, memoized per input. Validated against a
+// simulation with the real mask (montecarlo/components/causal_attention.hpp,
+// tests/test_causal_attention.cpp, docs/components/causal_attention.md).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "sigprop/components/attention.hpp"
+#include "sigprop/core/memo.hpp"
+
+namespace sigprop {
+
+namespace detail {
+
+/// Per key count n = 1..L (index n - 1): S2_n, J_n, F_cov(n) (softmax sums of
+/// one query over n keys, and n E sum_k P_ik P_mk for two queries over them).
+template <class Real>
+struct CausalProfile {
+  std::vector<Real> sum_sq, jacobian, cross;
+  /// Over the later queries m > i: sum_m X_im = F_cov(i) (H_L - H_i), and the
+  /// same with each pair's centring, sum_m X_im (1 - <P>_i - <P>_m + X_im).
+  std::vector<Real> pairs, pairs_centred;
+};
+
+}  // namespace detail
+
+template <class T = double>
+class CausalAttention : public Component<CausalAttention<T>, T> {
+  using Real = math::real_of<T>;
+
+ public:
+  static constexpr const char* name = "sigprop::CausalAttention";
+  static constexpr bool exact_forms = false;
+
+  /// As Attention, with `seq_len` an integer >= 2 (the positions 1..L).
+  CausalAttention(T d_in, T d_k, T seq_len, T q_var, T k_var, T v_var, T p = 0,
+                  AttentionGradient gradient = AttentionGradient::all_paths)
+      : full_(d_in, d_k, seq_len, q_var, k_var, v_var, p, gradient) {
+    detail::require(name, "seq_len", seq_len,
+                    [](double v) { return std::floor(v) == v && v <= 1e7; }, "{2, 3, ..., 10^7} (an integer length)");
+  }
+
+  /// The same head without the mask (every query attends to all L keys).
+  const Attention<T>& full() const { return full_; }
+
+  Domain<T> domain_impl(const Moments<T>& in) const { return full_.domain(in); }
+
+  Moments<T> forward_impl(const Moments<T>& in) const {
+    return full_.forward_with(full_.terms(in), averages(in));
+  }
+
+  GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
+    return full_.backward_with(in, full_.terms(in), averages(in), g);
+  }
+
+  /// The softmax sums averaged over the sequence (SoftmaxSums; validated like forward()).
+  SoftmaxSums<T> softmax_sums(const Moments<T>& in) const {
+    require_moments(name, in);
+    return averages(in);
+  }
+
+  /// Each position's output moments, i = 1..L (scalar T): its variance and
+  /// its mean correlation with the other positions (validated like forward()).
+  std::vector<Moments<T>> position_forward(const Moments<T>& in) const {
+    require_moments(name, in);
+    static_assert(is_scalar_v<T>, "sigprop::CausalAttention: per-position results are for scalar T");
+    const auto& f = profile(in);
+    const std::size_t L = f.sum_sq.size();
+    const AttentionTerms<T> a = full_.terms(in);
+    T shrink_sum = 0;
+    for (std::size_t n = 0; n < L; ++n) shrink_sum += 1 - f.sum_sq[n];
+    // prefix sums of F_cov(m) for the pairs m < i, suffix sums of F_cov(i)/m for m > i
+    std::vector<Moments<T>> out;
+    T prefix = 0;
+    const std::vector<T> tail = harmonic_tail(L);
+    for (std::size_t n = 0; n < L; ++n) {
+      const T i = static_cast<T>(n + 1), shrink = 1 - f.sum_sq[n];
+      SoftmaxSums<T> s = query_side(f, n);
+      s.shrink_cross = shrink * (shrink_sum - shrink) / T(L - 1);
+      s.pair_cross = (prefix / i + f.cross[n] * tail[n]) / T(L - 1);
+      out.push_back(this->checked(name, full_.forward_with(a, s)));
+      prefix += f.cross[n];
+    }
+    return out;
+  }
+
+  /// Each position's input-gradient variance, k = 1..L (scalar T; corr_len
+  /// is the sequence average of backward(); validated like backward()).
+  std::vector<GradMoments<T>> position_backward(const Moments<T>& in, const GradMoments<T>& g) const {
+    require_moments(name, in);
+    require_grad_moments(name, g);
+    static_assert(is_scalar_v<T>, "sigprop::CausalAttention: per-position results are for scalar T");
+    const auto& f = profile(in);
+    const std::size_t L = f.sum_sq.size();
+    const AttentionTerms<T> a = full_.terms(in);
+    const SoftmaxSums<T> mean = averages(in);
+    const T corr = full_.backward_with(in, a, mean, g).corr_len;
+    const std::vector<T> tail = harmonic_tail(L);
+    std::vector<GradMoments<T>> out(L);
+    T key_sq = 0, key_jacobian = 0, key_pairs = 0, key_pairs_centred = 0;
+    for (std::size_t n = L; n-- > 0;) {
+      const T i = static_cast<T>(n + 1);
+      key_sq += f.sum_sq[n] / i;
+      key_jacobian += f.jacobian[n] / i;
+      key_pairs += 2 * f.pairs[n] / i;
+      key_pairs_centred += 2 * f.pairs_centred[n] / i;
+      SoftmaxSums<T> s = query_side(f, n);
+      s.key_sq = key_sq;
+      s.key_jacobian = key_jacobian;
+      s.key_pairs = key_pairs;
+      s.key_pairs_centred = key_pairs_centred;
+      s.shrink_cross = mean.shrink_cross;
+      s.pair_cross = mean.pair_cross;
+      s.pair_cross_centred = mean.pair_cross_centred;
+      out[n] = {full_.backward_with(in, a, s, g).var, corr};
+    }
+    return out;
+  }
+
+ private:
+  // H_L - H_i for i = 1..L (index i - 1).
+  static std::vector<T> harmonic_tail(std::size_t L) {
+    std::vector<T> tail(L, T(0));
+    for (std::size_t n = L - 1; n-- > 0;) tail[n] = tail[n + 1] + T(1) / static_cast<T>(n + 2);
+    return tail;
+  }
+
+  // The query-side sums of query n + 1; the rest filled by the caller.
+  static SoftmaxSums<T> query_side(const detail::CausalProfile<Real>& f, std::size_t n) {
+    const T shrink = 1 - f.sum_sq[n];
+    SoftmaxSums<T> s{};
+    s.sum_sq = f.sum_sq[n];
+    s.shrink_sq = shrink * shrink;
+    s.jacobian = f.jacobian[n];
+    return s;
+  }
+
+  // The sequence averages of the header, lane by lane.
+  SoftmaxSums<T> averages(const Moments<T>& in) const {
+    return detail::memoized<CausalAttention>(key_of(in), [&] {
+      SoftmaxSums<T> s{in.var, in.var, in.var, in.var, in.var, in.var, in.var, in.var, in.var, in.var};
+      for (std::size_t lane_index = 0; lane_index < lane_count(in.var); ++lane_index) {
+        const detail::CausalProfile<Real> f = lane_profile(in, lane_index);
+        const std::size_t L = f.sum_sq.size();
+        const Real len = static_cast<Real>(L), pairs = len * (len - 1);
+        Real sum_sq = 0, shrink_sq = 0, shrink = 0, jacobian = 0, cross = 0, cross_centred = 0;
+        for (std::size_t n = L; n-- > 0;) {
+          const Real r = 1 - f.sum_sq[n];
+          sum_sq += f.sum_sq[n];
+          shrink += r;
+          shrink_sq += r * r;
+          jacobian += f.jacobian[n];
+          cross += f.pairs[n];
+          cross_centred += f.pairs_centred[n];
+        }
+        const Real pair_cross = 2 * cross / pairs;
+        set(s.sum_sq, lane_index, sum_sq / len);
+        set(s.shrink_sq, lane_index, shrink_sq / len);
+        set(s.jacobian, lane_index, jacobian / len);
+        set(s.key_sq, lane_index, sum_sq / len);
+        set(s.key_jacobian, lane_index, jacobian / len);
+        set(s.key_pairs, lane_index, (len - 1) * pair_cross);
+        set(s.shrink_cross, lane_index, (shrink * shrink - shrink_sq) / pairs);
+        set(s.pair_cross, lane_index, pair_cross);
+        set(s.pair_cross_centred, lane_index, 2 * cross_centred / pairs);
+        set(s.key_pairs_centred, lane_index, 2 * cross_centred / len);
+      }
+      return s;
+    });
+  }
+
+  // The per-key-count profile of a scalar head, memoized per input.
+  const detail::CausalProfile<Real>& profile(const Moments<T>& in) const {
+    static thread_local detail::CausalProfile<Real> last;
+    static thread_local std::array<T, 11> last_key{};
+    static thread_local bool valid = false;
+    const auto key = key_of(in);
+    if (!valid || key != last_key) {
+      last = lane_profile(in, 0);
+      last_key = key;
+      valid = true;
+    }
+    return last;
+  }
+
+  std::array<T, 11> key_of(const Moments<T>& in) const {
+    return {full_.d_in(), full_.d_k(), full_.seq_len(), full_.q_var(), full_.k_var(), full_.v_var(), full_.p(),
+            in.mean, in.var, in.corr_len, in.corr_dim};
+  }
+
+  // S2_n, J_n, F_cov(n) for n = 1..L of one lane, from Attention over n keys.
+  detail::CausalProfile<Real> lane_profile(const Moments<T>& in, std::size_t i) const {
+    const auto at = [i](const T& x) { return static_cast<Real>(lane(x, i)); };
+    const Moments<Real> x{at(in.mean), at(in.var), at(in.corr_len), at(in.corr_dim)};
+    const auto L = static_cast<std::size_t>(at(full_.seq_len()));
+    detail::CausalProfile<Real> f;
+    f.sum_sq.assign(L, Real(1));
+    f.jacobian.assign(L, Real(0));
+    f.cross.assign(L, Real(1));
+    for (std::size_t n = 2; n <= L; ++n) {
+      const Real keys = static_cast<Real>(n);
+      const Attention<Real> head(at(full_.d_in()), at(full_.d_k()), keys, at(full_.q_var()), at(full_.k_var()),
+                                 at(full_.v_var()), at(full_.p()));
+      const AttentionTerms<Real> a = head.terms(x);
+      f.sum_sq[n - 1] = a.weight_sq / keys;
+      f.jacobian[n - 1] = a.weight_jacobian / keys;
+      f.cross[n - 1] = a.weight_cross;
+    }
+    // The pair sums over m > i from the suffix sums of 1/m, <P>_m/m and 1/m^2,
+    // with <P>_n = E sum P^3 / E sum P^2 = (1 - J_n/S2_n + S2_n)/2 (the
+    // weight of the key a query's own weighting favours; 1/n when uniform).
+    f.pairs.assign(L, Real(0));
+    f.pairs_centred.assign(L, Real(0));
+    Real inv = 0, favoured = 0, inv_sq = 0;  // sums over m > i
+    for (std::size_t n = L; n-- > 0;) {
+      const Real favoured_i = (1 - f.jacobian[n] / f.sum_sq[n] + f.sum_sq[n]) / 2;
+      f.pairs[n] = f.cross[n] * inv;
+      f.pairs_centred[n] = f.cross[n] * ((1 - favoured_i) * inv - favoured + f.cross[n] * inv_sq);
+      const Real m = static_cast<Real>(n + 1);
+      inv += 1 / m;
+      favoured += favoured_i / m;
+      inv_sq += 1 / (m * m);
+    }
+    return f;
+  }
+
+  static void set(T& x, std::size_t i, Real v) {
+    if constexpr (is_scalar_v<T>) {
+      (void)i;
+      x = v;
+    } else {
+      x(static_cast<Eigen::Index>(i)) = v;
+    }
+  }
+
+  Attention<T> full_;
+};
+
+}  // namespace sigprop

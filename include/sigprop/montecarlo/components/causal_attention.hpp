@@ -1,0 +1,64 @@
+// sigprop/montecarlo/components/causal_attention.hpp -- the empirical twin of
+// sigprop::CausalAttention: the attention trial of attention.hpp with the
+// causal mask (query i attends to keys 1..i), real backprop through every
+// path, and each position's output and input-gradient variance.
+#pragma once
+
+#include <vector>
+
+#include "sigprop/components/causal_attention.hpp"
+#include "sigprop/montecarlo/components/attention.hpp"
+
+namespace sigprop::montecarlo {
+
+/// The sequence-wide statistics, and per position i = 1..L the mean square
+/// of the output and of the input gradient (both have mean 0: zero-mean Wv,
+/// and a gradient through zero-mean weights).
+struct CausalAttentionSimulation {
+  SimulationResult overall;
+  std::vector<Estimate> position_var, position_grad_var;
+};
+
+inline CausalAttentionSimulation simulate_positions(const CausalAttention<double>& layer, const Moments<double>& in,
+                                                    const GradMoments<double>& grad, const SimulationSetup& setup) {
+  constexpr const char* fn = "sigprop::montecarlo::simulate(CausalAttention)";
+  require_setup(fn, setup);
+  const Attention<double>& head = layer.full();
+  const Eigen::Index d_in = to_size(fn, "d_in", head.d_in());
+  const Eigen::Index d_k = to_size(fn, "d_k", head.d_k());
+  const Eigen::Index seq_len = to_size(fn, "seq_len", head.seq_len());
+  Random rng(setup.seed);
+  MomentAccumulator fwd, bwd;
+  std::vector<std::vector<double>> out_sq(static_cast<std::size_t>(seq_len)), grad_sq(out_sq.size());
+  const Eigen::MatrixXd no_mask;
+  for (std::size_t trial = 0; trial < setup.trials; ++trial) {
+    const Eigen::MatrixXd x = sample_activations(seq_len, d_in, in, rng);
+    const Eigen::MatrixXd wq = rng.normal_matrix(d_in, d_k, head.q_var());
+    const Eigen::MatrixXd wk = rng.normal_matrix(d_in, d_k, head.k_var());
+    const Eigen::MatrixXd wv = rng.normal_matrix(d_in, d_k, head.v_var());
+    const Eigen::MatrixXd mask = head.p() > 0 ? dropout_mask(seq_len, seq_len, head.p(), rng) : no_mask;
+    const Eigen::MatrixXd g = sample_gradient(seq_len, d_k, grad, rng);
+    const AttentionTrial t = attention_trial(x, wq, wk, wv, mask, g, true);
+    const Eigen::MatrixXd dx = t.grad_value_path + t.grad_softmax_path;
+    fwd.add(t.out);
+    bwd.add(dx);
+    for (Eigen::Index i = 0; i < seq_len; ++i) {
+      out_sq[static_cast<std::size_t>(i)].push_back(t.out.row(i).squaredNorm() / static_cast<double>(d_k));
+      grad_sq[static_cast<std::size_t>(i)].push_back(dx.row(i).squaredNorm() / static_cast<double>(d_in));
+    }
+  }
+  CausalAttentionSimulation s{{fwd.result(), bwd.grad_result()}, {}, {}};
+  for (std::size_t i = 0; i < out_sq.size(); ++i) {
+    s.position_var.push_back(detail::mean_estimate(out_sq[i]));
+    s.position_grad_var.push_back(detail::mean_estimate(grad_sq[i]));
+  }
+  return s;
+}
+
+/// The sequence-wide statistics only (the layer's own seq_len is L).
+inline SimulationResult simulate(const CausalAttention<double>& layer, const Moments<double>& in,
+                                 const GradMoments<double>& grad, const SimulationSetup& setup) {
+  return simulate_positions(layer, in, grad, setup).overall;
+}
+
+}  // namespace sigprop::montecarlo
