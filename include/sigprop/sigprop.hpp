@@ -10,16 +10,19 @@
 #include "sigprop/core/serial.hpp"
 
 #include "sigprop/components/attention.hpp"
+#include "sigprop/components/causal_attention.hpp"
 #include "sigprop/components/dropout.hpp"
 #include "sigprop/components/embedding.hpp"
 #include "sigprop/components/gelu.hpp"
 #include "sigprop/components/layernorm.hpp"
 #include "sigprop/components/linear.hpp"
 #include "sigprop/components/relu.hpp"
+#include "sigprop/components/rmsnorm.hpp"
 #include "sigprop/components/softmax.hpp"
 
 #include "sigprop/blocks/attention_block.hpp"
 #include "sigprop/blocks/ffn_block.hpp"
+#include "sigprop/blocks/gated.hpp"
 #include "sigprop/blocks/multi_head.hpp"
 #include "sigprop/blocks/residual.hpp"
 
