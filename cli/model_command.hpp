@@ -41,12 +41,14 @@ inline const std::set<std::string>& model_flags() {
 inline void model_flags_usage(std::ostream& out) {
   out << "model (defaults: a BERT-base-like Pre-LN model):\n"
          "  --scheme NAME (xavier): " << scheme_names("|") << "\n"
-         "  --arch pre-ln|post-ln|no-ln (the scheme's own: pre-ln for xavier, bert, dslm,\n"
+         "  --arch pre-ln|post-ln|no-ln|llama|gpt2 (the scheme's own: pre-ln for xavier, bert, dslm,\n"
          "         dslm-simple, layerscale and the spike schemes; post-ln for admin,\n"
-         "         admin-code, deepnet, ds-init; no-ln for t-fixup, rezero, skipinit)\n"
+         "         admin-code, deepnet, ds-init; no-ln for t-fixup, rezero, skipinit);\n"
+         "         llama: pre-RMSNorm, causal, SwiGLU of width 8d/3, no dropout, final norm;\n"
+         "         gpt2: pre-LN, causal, GeLU, final LayerNorm (docs/decoders.md)\n"
          "  --final-ln (Pre-LN: LayerNorm after the last layer)\n"
          "  --layers N (12)  --d D (768)  --heads H (12)  --ffn-mult M (4)\n"
-         "  --activation relu|gelu (relu)  --seq L (256)  --dropout P (0.1)\n"
+         "  --activation relu|gelu|silu (relu)  --seq L (256)  --dropout P (0.1)\n"
          "input (an embedding, then dropout; or measured moments):\n"
          "  --vocab V (32000)  --tables token,position,segment (all three)\n"
          "  --input-var V --input-corr-len R   measured model input (replaces the embedding)\n"
@@ -64,22 +66,30 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   std::vector<std::string> scheme_list;
   for (const SchemeInfo& i : schemes()) scheme_list.push_back(i.name);
   s.scheme = scheme_from_string(a.choice("scheme", scheme_list, "xavier"));
-  c.arch = arch_from_string(a.choice("arch", {"pre-ln", "post-ln", "no-ln"}, to_string(native_arch(s.scheme))));
+  const std::string arch =
+      a.choice("arch", {"pre-ln", "post-ln", "no-ln", "llama", "gpt2"}, to_string(native_arch(s.scheme)));
   c.layers = static_cast<std::size_t>(a.count("layers", 12));
   c.d = static_cast<std::size_t>(a.count("d", 768));
   c.heads = static_cast<std::size_t>(a.count("heads", 12));
   c.ffn_mult = static_cast<std::size_t>(a.count("ffn-mult", 4));
-  c.activation = a.choice("activation", {"relu", "gelu"}, "relu") == "relu" ? FfnActivation::relu
-                                                                            : FfnActivation::gelu;
   c.seq_len = static_cast<std::size_t>(a.count("seq", 256));
-  c.dropout = a.number("dropout", 0.1);
+  c.dropout = 0.1;
+  c.activation = FfnActivation::relu;
+  // The decoder presets set the activation, dropout and FFN; explicit flags win.
+  c = with_architecture(c, arch);
+  if (a.has("ffn-mult")) c.ffn_hidden = 0;
+  if (a.has("activation")) {
+    const std::string act = a.choice("activation", {"relu", "gelu", "silu"}, "relu");
+    c.activation = act == "relu" ? FfnActivation::relu : act == "gelu" ? FfnActivation::gelu : FfnActivation::silu;
+  }
+  c.dropout = a.number("dropout", c.dropout);
   require_probability(fn, "--dropout", c.dropout);
   if (c.d < 4) throw usage_error("--d = " + std::to_string(c.d) + " is outside the valid range: a whole number >= 4");
   if (c.seq_len < 2) throw usage_error("--seq = 1 is outside the valid range: a whole number >= 2");
   if (c.d % c.heads != 0)
     throw usage_error("--heads = " + std::to_string(c.heads) + " is outside the valid range: a divisor of --d = " +
                       std::to_string(c.d));
-  c.final_layernorm = a.has("final-ln");
+  c.final_layernorm = c.final_layernorm || a.has("final-ln");
   if (c.final_layernorm && c.arch != Arch::pre_ln)
     throw usage_error("--final-ln applies to --arch pre-ln only");
 
@@ -134,9 +144,9 @@ inline ModelWeights weights_of(const ModelSpec& s) {
 inline std::string describe(const ModelSpec& s) {
   const ModelConfig& c = s.config;
   std::ostringstream o;
-  o << to_string(c.arch) << ", " << to_string(s.scheme) << ", N = " << c.layers
-    << ", d = " << c.d << ", H = " << c.heads << ", m = " << c.ffn_mult << ", "
-    << (c.activation == FfnActivation::relu ? "relu" : "gelu") << ", L = " << c.seq_len
+  o << architecture_name(c) << ", " << to_string(s.scheme) << ", N = " << c.layers
+    << ", d = " << c.d << ", H = " << c.heads << ", FFN width " << c.hidden_width() << ", "
+    << to_string(c.activation) << ", L = " << c.seq_len
     << ", p = " << c.dropout;
   return o.str();
 }
@@ -197,9 +207,13 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
                            "outside_domain", "branch_var", "residual_share", "mid_branch_var",
                            "mid_residual_share", "v_grad_sq", "o_grad_sq", "ffn1_grad_sq", "ffn2_grad_sq",
                            "spike_attn_bound", "spike_ffn_bound"};
-  const std::vector<WeightGradNorms> grads = weight_grad_norms(spec.config, weights, t);
+  // Weight-gradient norms and Spike No More bounds are derived for encoder
+  // stacks (models/measures.hpp); decoders leave those cells empty.
+  const ModelConfig& c = spec.config;
+  const std::vector<WeightGradNorms> grads =
+      is_encoder(c) ? weight_grad_norms(c, weights, t) : std::vector<WeightGradNorms>{};
   const std::vector<SpikeBounds> spikes =
-      spec.config.arch == Arch::pre_ln ? spike_bounds(spec.config, weights, t) : std::vector<SpikeBounds>{};
+      c.arch == Arch::pre_ln && !c.gated_ffn ? spike_bounds(c, weights, t) : std::vector<SpikeBounds>{};
   const std::string none = spec.format == "csv" ? "" : "null";
   const auto values = [&](std::size_t n) {
     const TraceRow& r = t.rows[n];
@@ -224,8 +238,12 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
     }
     v.push_back(exact(t.mid[n - 1].branch_var));
     v.push_back(exact(t.mid[n - 1].residual_share));
-    const WeightGradNorms& g = grads[n - 1];
-    for (double x : {g.v, g.o, g.ffn1, g.ffn2}) v.push_back(exact(x));
+    if (grads.empty()) {
+      v.insert(v.end(), 4, none);
+    } else {
+      const WeightGradNorms& g = grads[n - 1];
+      for (double x : {g.v, g.o, g.ffn1, g.ffn2}) v.push_back(exact(x));
+    }
     v.push_back(spikes.empty() ? none : exact(spikes[n - 1].attention));
     v.push_back(spikes.empty() ? none : exact(spikes[n - 1].ffn));
     return v;
@@ -273,6 +291,7 @@ inline int init_command(const std::vector<std::string>& words, std::ostream& out
     for (const auto& [name, var] : {std::pair<const char*, double>{"q", l.q}, {"k", l.k}, {"v", l.v}, {"o", l.o},
                                     {"ffn1", l.ffn1}, {"ffn2", l.ffn2}})
       rows.push_back({n + 1, name, std::sqrt(var)});
+    if (spec.config.gated_ffn) rows.push_back({n + 1, "ffn_gate", std::sqrt(l.ffn_gate)});
     for (const auto& [name, scale] : {std::pair<const char*, double>{"attn_skip", l.attn_skip},
                                       {"attn_branch", l.attn_branch}, {"ffn_skip", l.ffn_skip},
                                       {"ffn_branch", l.ffn_branch}})

@@ -29,12 +29,12 @@ inline void sweep_usage(std::ostream& out) {
          "Each grid flag takes a comma-separated list, and numeric ones also a range\n"
          "START:STOP:STEP (inclusive), e.g. --layers 24:192:24:\n"
          "  --scheme NAME,... (dslm): " << scheme_names(",") << "\n"
-         "  --arch pre-ln,post-ln,no-ln (each scheme's own, as in sigprop table)\n"
+         "  --arch pre-ln,post-ln,no-ln,llama,gpt2 (each scheme's own, as in sigprop table)\n"
          "  --layers N,... (48)  --d D,... (512)  --dropout P,... (0.1)\n"
          "  --beta2-k K,... (2)  --beta2-alpha A,... (1)   residual scaling beta^2 = K/N^A\n"
          "                       (dslm schemes always; other schemes only when given)\n"
          "fixed for the whole grid:\n"
-         "  --head-dim K (64, heads = d/K)  --ffn-mult M (4)  --activation relu|gelu (relu)\n"
+         "  --head-dim K (64, heads = d/K)  --ffn-mult M (4)  --activation relu|gelu|silu (relu)\n"
          "  --seq L (256)  --bounds LO,HI (0.5,2)\n";
 }
 
@@ -106,7 +106,7 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
   for (const SchemeInfo& i : sigprop::schemes()) scheme_options.push_back(i.name);
   const auto scheme_names_given = detail::word_list(a, "scheme", "dslm", scheme_options);
   // "" stands for each scheme's own architecture.
-  const auto archs = a.has("arch") ? detail::word_list(a, "arch", "", {"pre-ln", "post-ln", "no-ln"})
+  const auto archs = a.has("arch") ? detail::word_list(a, "arch", "", {"pre-ln", "post-ln", "no-ln", "llama", "gpt2"})
                                    : std::vector<std::string>{""};
   const auto layers = detail::count_list(a, "layers", "48");
   const auto widths = detail::count_list(a, "d", "512");
@@ -118,7 +118,7 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
   const double ffn_mult = a.count("ffn-mult", 4);
   const double seq = a.count("seq", 256);
   if (seq < 2) throw usage_error("--seq = 1 is outside the valid range: a whole number >= 2");
-  const bool relu = a.choice("activation", {"relu", "gelu"}, "relu") == "relu";
+  const std::string activation = a.choice("activation", {"relu", "gelu", "silu"}, "relu");
   const auto bounds_list = detail::number_list(a, "bounds", "0.5,2");
   if (bounds_list.size() != 2 || !(bounds_list[0] <= bounds_list[1]))
     throw usage_error("--bounds = '" + a.text("bounds", "") + "' is not LO,HI with LO <= HI");
@@ -138,8 +138,9 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
                 SweepPoint pt;
                 ModelConfig& c = pt.config;
                 pt.scheme = scheme_from_string(scheme);
-                c.arch = arch.empty() ? native_arch(pt.scheme) : arch_from_string(arch);
-                c.activation = relu ? FfnActivation::relu : FfnActivation::gelu;
+                c.activation = activation == "relu"   ? FfnActivation::relu
+                               : activation == "gelu" ? FfnActivation::gelu
+                                                      : FfnActivation::silu;
                 c.layers = n;
                 c.d = d;
                 if (d < 4 || d % static_cast<std::size_t>(head_dim) != 0)
@@ -148,7 +149,13 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
                 c.heads = d / static_cast<std::size_t>(head_dim);
                 c.ffn_mult = static_cast<std::size_t>(ffn_mult);
                 c.seq_len = static_cast<std::size_t>(seq);
-                c.dropout = p;
+                c = with_architecture(c, arch.empty() ? to_string(native_arch(pt.scheme)) : arch);
+                // The presets set the activation and dropout; explicit flags win.
+                if (a.has("activation") || (arch != "llama" && arch != "gpt2"))
+                  c.activation = activation == "relu"   ? FfnActivation::relu
+                                 : activation == "gelu" ? FfnActivation::gelu
+                                                        : FfnActivation::silu;
+                if (a.has("dropout") || arch != "llama") c.dropout = p;
                 pt.scaling = {k, alpha, scaling_given};
                 points.push_back(pt);
               }
@@ -172,7 +179,7 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
     const auto flag = [csv](bool b) { return std::string(csv ? (b ? "1" : "0") : (b ? "true" : "false")); };
     const auto text = [csv](const std::string& w) { return csv ? w : quoted(w); };
     const std::vector<std::string> v = {
-        text(to_string(pt.config.arch)), text(to_string(pt.scheme)),
+        text(architecture_name(pt.config)), text(to_string(pt.scheme)),
         std::to_string(pt.config.layers), std::to_string(pt.config.d), std::to_string(pt.config.heads),
         exact(pt.config.dropout), scaled ? exact(pt.scaling.k) : (csv ? "" : "null"),
         scaled ? exact(pt.scaling.alpha) : (csv ? "" : "null"), exact(s.final_var), exact(s.final_corr_len),

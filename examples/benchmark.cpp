@@ -173,12 +173,13 @@ int main(int argc, char** argv) {
       s.arch = c.arch;
       s.d = c.d * (1 + (lane * 4).floor());
       s.heads = Chunk::Constant(static_cast<double>(c.heads));
-      s.ffn_mult = Chunk::Constant(static_cast<double>(c.ffn_mult));
+      s.hidden = Chunk::Constant(static_cast<double>(c.hidden_width()));
       s.seq_len = c.seq_len * (1 + (lane * 8).floor());
       s.dropout = 0.3 * lane;
       const Chunk scale = 0.5 + lane;
       const BatchLayerWeights<Chunk> bw{scale * w.q,    scale * w.k,    scale * w.v,
                                         scale * w.o,    scale * w.ffn1, scale * w.ffn2,
+                                        scale * w.ffn_gate,
                                         Chunk::Constant(w.attn_skip), Chunk::Constant(w.attn_branch),
                                         Chunk::Constant(w.ffn_skip),  Chunk::Constant(w.ffn_branch)};
       const Moments<Chunk> bx{Chunk::Constant(x.mean), Chunk::Constant(x.var), 0.9 * lane, Chunk::Zero()};

@@ -5,9 +5,11 @@
 // (sigprop's default) and through the value path only (the paper's B.8
 // backward, "before").
 //
-//   model_validation [--trials N] [--seed X] [--set stacks|schemes]
+//   model_validation [--trials N] [--seed X] [--set stacks|schemes|decoders]
 //
-// --set schemes runs montecarlo::scheme_models() instead (docs/schemes.md).
+// --set schemes runs montecarlo::scheme_models() instead (docs/schemes.md),
+// --set decoders montecarlo::decoder_models() (docs/decoders.md; no
+// weight-gradient norms there).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,7 +30,8 @@ int main(int argc, char** argv) {
     const std::string flag = argv[i];
     if (flag == "--trials") trials = std::strtoul(argv[i + 1], nullptr, 10);
     else if (flag == "--seed") seed = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (flag == "--set" && (std::string(argv[i + 1]) == "stacks" || std::string(argv[i + 1]) == "schemes"))
+    else if (flag == "--set" && (std::string(argv[i + 1]) == "stacks" || std::string(argv[i + 1]) == "schemes" ||
+                                 std::string(argv[i + 1]) == "decoders"))
       set = argv[i + 1];
     else {
       std::fprintf(stderr, "model_validation: error: unknown flag %s\n", flag.c_str());
@@ -41,7 +44,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> weight_lines;
   std::vector<double> weight_all;
   std::vector<std::string> key_lines;
-  for (const auto& k : set == "stacks" ? mc::validation_models() : mc::scheme_models()) {
+  const auto models = set == "stacks"    ? mc::validation_models()
+                      : set == "schemes" ? mc::scheme_models()
+                                         : mc::decoder_models();
+  for (const auto& k : models) {
     mc::SimulationSetup setup;
     setup.trials = trials;
     setup.seed = ++seed;
@@ -56,6 +62,18 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     // Weight-gradient norms of V, O, W1, W2 (models/measures.hpp), per-layer relative error.
     const auto [base_config, base_weights] = mc::case_model(k);
+    forward.insert(forward.end(), all.errors.forward.begin(), all.errors.forward.end());
+    before.insert(before.end(), value_only.backward.begin(), value_only.backward.end());
+    after.insert(after.end(), all.errors.backward.begin(), all.errors.backward.end());
+    if (!sigprop::is_encoder(base_config)) {
+      // Decoders: per-layer errors instead of weight-gradient norms.
+      std::printf("|   | forward %% by layer:");
+      for (double e : all.errors.forward) std::printf(" %.1f", e);
+      std::printf("; gradient %% by layer:");
+      for (double e : all.errors.backward) std::printf(" %.1f", e);
+      std::printf(" | | |\n");
+      continue;
+    }
     const auto grads = sigprop::weight_grad_norms(base_config, base_weights, all.predicted);
     std::vector<double> errs[4];
     for (std::size_t n = 0; n < grads.size(); ++n) {
@@ -84,13 +102,11 @@ int main(int argc, char** argv) {
                     pv.p90, po.p50, po.p90, p1.p50, p1.p90, p2.p50, p2.p90);
       weight_lines.push_back(line);
     }
-    forward.insert(forward.end(), all.errors.forward.begin(), all.errors.forward.end());
-    before.insert(before.end(), value_only.backward.begin(), value_only.backward.end());
-    after.insert(after.end(), all.errors.backward.begin(), all.errors.backward.end());
   }
   const auto f = mc::percentiles_of(forward), b = mc::percentiles_of(before), a = mc::percentiles_of(after);
   std::printf("| all layers of all models | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f |\n", f.p50, f.p90, b.p50, b.p90,
               a.p50, a.p90);
+  if (weight_lines.empty()) return 0;
   std::printf("\nWeight-gradient norms E||dW||_F^2, per-layer relative error p50 / p90 %%:\n\n");
   std::printf("| model | V | O | W1 | W2 |\n|---|---|---|---|---|\n");
   for (const auto& l : weight_lines) std::printf("%s\n", l.c_str());

@@ -7,6 +7,7 @@
 
 #include "catch.hpp"
 #include "sigprop/blocks/ffn_block.hpp"
+#include "sigprop/components/silu.hpp"
 #include "sigprop/montecarlo/components/gated.hpp"
 #include "sigprop/montecarlo/statistics.hpp"
 
@@ -32,7 +33,7 @@ TEST_CASE("Gated: moments of a product of independent branches", "[gated]") {
   CHECK(gx.corr_len == Approx(0.4 * len / m2).epsilon(1e-14));
 }
 
-TEST_CASE("glu_ffn_block against simulation (ReGLU, GeGLU)", "[gated][montecarlo]") {
+TEST_CASE("glu_ffn_block against simulation (ReGLU, GeGLU, SwiGLU)", "[gated][montecarlo]") {
   // (activation, d, input mean, var, r, r_g, dropout); hidden width 8d/3,
   // W1, V ~ 1/d (ReLU's W1 2/d), W2 ~ 1/h.
   struct Point {
@@ -44,6 +45,8 @@ TEST_CASE("glu_ffn_block against simulation (ReGLU, GeGLU)", "[gated][montecarlo
       {mc::ops::Activation::gelu, 64, 0, 1, 0.2, 0, 0},       {mc::ops::Activation::gelu, 256, 0, 1, 0.6, 0.3, 0.1},
       {mc::ops::Activation::relu, 128, 0, 2, 0.9, 0.5, 0},    {mc::ops::Activation::relu, 64, 0.5, 1, 0.4, 0.2, 0.2},
       {mc::ops::Activation::gelu, 128, -0.3, 0.5, 0.0, 0, 0}, {mc::ops::Activation::gelu, 256, 0, 4, 0.95, 0.8, 0},
+      {mc::ops::Activation::silu, 128, 0, 1, 0.3, 0.2, 0},    {mc::ops::Activation::silu, 256, 0, 2, 0.8, 0.5, 0.1},
+      {mc::ops::Activation::silu, 64, 0.4, 1, 0.0, 0, 0},
   };
   std::uint64_t seed = 41;
   int ungated_misses = 0;
@@ -64,6 +67,12 @@ TEST_CASE("glu_ffn_block against simulation (ReGLU, GeGLU)", "[gated][montecarlo
       bwd = block.backward(in, g);
       sim = mc::simulate(block, pt.act, in, g, setup);
       ungated = ffn_block<Gelu<double>>(d, h / d, 1 / d, 1 / h, pt.p).forward(in);
+    } else if (pt.act == mc::ops::Activation::silu) {
+      const auto block = glu_ffn_block<Silu<double>>(d, h, 1 / d, 1 / d, 1 / h, pt.p);
+      fwd = block.forward(in);
+      bwd = block.backward(in, g);
+      sim = mc::simulate(block, pt.act, in, g, setup);
+      ungated = ffn_block<Silu<double>>(d, h / d, 1 / d, 1 / h, pt.p).forward(in);
     } else {
       const auto block = glu_ffn_block<Relu<double>>(d, h, 2 / d, 1 / d, 1 / h, pt.p);
       fwd = block.forward(in);
@@ -81,7 +90,8 @@ TEST_CASE("glu_ffn_block against simulation (ReGLU, GeGLU)", "[gated][montecarlo
     const auto rel = [](double pred, const mc::Estimate& m) { return 100 * (pred - m.value) / m.value; };
     std::printf("%s d %3d mean %+.1f r %.2f p %.1f: var %+.2f %% (se %.2f %%), corr_len %+.4f (se %.4f), "
                 "grad var %+.2f %% (se %.2f %%), grad corr %+.4f (se %.4f)\n",
-                pt.act == mc::ops::Activation::gelu ? "GeGLU" : "ReGLU", pt.d, pt.mean, pt.r, pt.p,
+                pt.act == mc::ops::Activation::gelu ? "GeGLU" : pt.act == mc::ops::Activation::silu ? "SwiGLU" : "ReGLU",
+                pt.d, pt.mean, pt.r, pt.p,
                 rel(fwd.var, f.var), 100 * f.var.std_error / f.var.value, fwd.corr_len - f.corr_len.value,
                 f.corr_len.std_error, rel(bwd.var, b.var), 100 * b.var.std_error / b.var.value,
                 bwd.corr_len - b.corr_len.value, b.corr_len.std_error);
@@ -95,8 +105,7 @@ TEST_CASE("glu_ffn_block against simulation (ReGLU, GeGLU)", "[gated][montecarlo
     CHECK(std::abs(bwd.var - b.var.value) <= 4 * b.var.std_error + 3 / d * b.var.value);
     CHECK(std::abs(bwd.corr_len - b.corr_len.value) <= 4 * b.corr_len.std_error + 1.5 / d);
     // The ungated block of the same widths is a different function, and the
-    // same comparison tells it apart at most points (4 of 6 measured): the
-    // comparison can fail.
+    // same comparison tells it apart at most points: the comparison can fail.
     if (std::abs(ungated.var - f.var.value) > 4 * f.var.std_error + 3 / d * f.var.value) ++ungated_misses;
   }
   CHECK(ungated_misses >= 4);

@@ -39,7 +39,20 @@ inline Arch arch_from_string(const std::string& name) {
                      "' is outside the valid range {pre-ln, post-ln, no-ln}");
 }
 
-enum class FfnActivation { relu, gelu };
+enum class FfnActivation { relu, gelu, silu };
+
+inline const char* to_string(FfnActivation a) {
+  switch (a) {
+    case FfnActivation::relu: return "relu";
+    case FfnActivation::gelu: return "gelu";
+    case FfnActivation::silu: return "silu";
+  }
+  return "?";
+}
+
+/// Which normalization the LayerNorm positions hold: LayerNorm (BERT, GPT-2)
+/// or RMSNorm (Llama; components/rmsnorm.hpp).
+enum class Norm { layernorm, rmsnorm };
 
 /// The shape of the model; widths are counts, p the dropout probability used
 /// everywhere (embedding, attention probabilities, block outputs).
@@ -56,8 +69,16 @@ struct ModelConfig {
   /// The attention gradient paths of the trace (all_paths is the real
   /// gradient; value_path_only reproduces the paper's B.8 backward).
   AttentionGradient attention_gradient = AttentionGradient::all_paths;
+  /// Decoder options (docs/decoders.md): the normalization, the causal mask
+  /// on every attention, and the gated FFN W2 (act(x W1) * (x V)).
+  Norm norm = Norm::layernorm;
+  bool causal = false;
+  bool gated_ffn = false;
+  /// FFN hidden width; 0 means ffn_mult d (Llama's gated FFN uses about 8d/3).
+  std::size_t ffn_hidden = 0;
 
   std::size_t head_width() const { return d / heads; }
+  std::size_t hidden_width() const { return ffn_hidden > 0 ? ffn_hidden : ffn_mult * d; }
 
   void validate(const char* function) const {
     require_width(function, "layers", static_cast<double>(layers));
@@ -72,11 +93,68 @@ struct ModelConfig {
   }
 };
 
+/// The decoder presets: "llama" (pre-RMSNorm with a final RMSNorm, causal
+/// attention, SwiGLU FFN of hidden width 8d/3 rounded up to a multiple of
+/// 8, no dropout; Touvron et al. 2023) and "gpt2" (pre-LayerNorm with a final
+/// LayerNorm, causal attention, GeLU FFN of width 4d; Radford et al. 2019),
+/// applied to `c`'s sizes (layers, d, heads, seq_len); "pre-ln", "post-ln"
+/// and "no-ln" set the architecture alone. Biases are zero at
+/// initialization and not modelled anywhere.
+inline ModelConfig with_architecture(ModelConfig c, const std::string& name) {
+  if (name == "llama") {
+    c.arch = Arch::pre_ln;
+    c.norm = Norm::rmsnorm;
+    c.final_layernorm = true;
+    c.causal = true;
+    c.gated_ffn = true;
+    c.activation = FfnActivation::silu;
+    c.ffn_hidden = (8 * c.d / 3 + 7) / 8 * 8;
+    c.dropout = 0;
+  } else if (name == "gpt2") {
+    c.arch = Arch::pre_ln;
+    c.norm = Norm::layernorm;
+    c.final_layernorm = true;
+    c.causal = true;
+    c.gated_ffn = false;
+    c.activation = FfnActivation::gelu;
+    c.ffn_mult = 4;
+    c.ffn_hidden = 0;
+  } else {
+    try {
+      c.arch = arch_from_string(name);
+    } catch (const domain_error&) {
+      throw domain_error("sigprop::with_architecture: arch = '" + name +
+                         "' is outside the valid range {pre-ln, post-ln, no-ln, llama, gpt2}");
+    }
+  }
+  return c;
+}
+
+/// Whether `c` uses none of the decoder options (full attention, plain FFN
+/// with ReLU or GeLU, LayerNorm): the stacks the seed papers analyse.
+inline bool is_encoder(const ModelConfig& c) {
+  return !c.causal && !c.gated_ffn && c.norm == Norm::layernorm && c.activation != FfnActivation::silu;
+}
+
+/// The name with_architecture() knows `c` by: "llama" or "gpt2" for a causal
+/// pre-norm stack with their norm and FFN, otherwise the architecture's own
+/// (decoder options outside the presets are listed after it).
+inline std::string architecture_name(const ModelConfig& c) {
+  if (c.causal && c.arch == Arch::pre_ln && c.norm == Norm::rmsnorm && c.gated_ffn) return "llama";
+  if (c.causal && c.arch == Arch::pre_ln && c.norm == Norm::layernorm && !c.gated_ffn) return "gpt2";
+  std::string name = to_string(c.arch);
+  if (c.norm == Norm::rmsnorm) name += "+rmsnorm";
+  if (c.causal) name += "+causal";
+  if (c.gated_ffn) name += "+gated";
+  return name;
+}
+
 /// Per-entry weight variances of one layer and the residual scales of its
 /// two sublayers, x <- lambda x + beta f(x) (lambda: skip, beta: branch).
 struct LayerWeights {
   double q = 0, k = 0, v = 0, o = 0;  ///< attention projections (d x d/H per head; O is d x d)
   double ffn1 = 0, ffn2 = 0;          ///< FFN d x m d and m d x d
+  double ffn_gate = 0;                ///< the gated FFN's V (d x m d); unused otherwise
   double attn_skip = 1, attn_branch = 1;  ///< lambda, beta of the attention sublayer
   double ffn_skip = 1, ffn_branch = 1;    ///< lambda, beta of the FFN sublayer
 

@@ -102,6 +102,15 @@ struct WeightGradNorms {
 
 namespace detail {
 
+// The measures below are derived for the encoder stacks (full attention,
+// plain FFN, LayerNorm); the decoder options are rejected by name.
+inline void require_encoder(const char* fn, const ModelConfig& c) {
+  if (!is_encoder(c))
+    throw domain_error(std::string(fn) + ": the model (" + architecture_name(c) + ", " + to_string(c.activation) +
+                       ") is outside the valid range (encoder stacks: full attention, plain ReLU/GeLU FFN, "
+                       "LayerNorm); not derived for decoders yet");
+}
+
 template <class Activation>
 std::vector<WeightGradNorms> weight_grad_norms_with(const ModelConfig& config, const ModelWeights& weights,
                                                     const Trace& t) {
@@ -143,6 +152,7 @@ inline std::vector<WeightGradNorms> weight_grad_norms(const ModelConfig& config,
                                                       const Trace& t) {
   constexpr const char* fn = "sigprop::weight_grad_norms";
   config.validate(fn);
+  detail::require_encoder(fn, config);
   if (weights.layers.size() != config.layers || t.mid.size() != config.layers)
     throw domain_error(std::string(fn) + ": weights.layers.size() = " + std::to_string(weights.layers.size()) +
                        " and t.mid.size() = " + std::to_string(t.mid.size()) + " are outside the valid range {layers = " +
@@ -164,13 +174,16 @@ inline std::vector<SpikeBounds> spike_bounds(const ModelConfig& config, const Mo
   if (config.arch != Arch::pre_ln)
     throw domain_error(std::string(fn) + ": arch = " + to_string(config.arch) +
                        " is outside the valid range {pre-ln} (the bounds are derived for Pre-LN layers)");
+  if (config.gated_ffn)
+    throw domain_error(std::string(fn) + ": gated_ffn = true is outside the valid range {false} (Eq. 15 is for "
+                       "the plain FFN)");
   if (weights.layers.size() != config.layers || t.mid.size() != config.layers)
     throw domain_error(std::string(fn) + ": weights.layers.size() = " + std::to_string(weights.layers.size()) +
                        " and t.mid.size() = " + std::to_string(t.mid.size()) + " are outside the valid range {layers = " +
                        std::to_string(config.layers) + "}");
   using std::sqrt;
   const double d = static_cast<double>(config.d), h = static_cast<double>(config.heads);
-  const double d_head = d / h, d_ffn = static_cast<double>(config.ffn_mult) * d;
+  const double d_head = d / h, d_ffn = static_cast<double>(config.hidden_width());
   const double L = static_cast<double>(config.seq_len);
   const double c_ffn = (sqrt(d) + sqrt(d_ffn)) * (sqrt(d) + sqrt(d_ffn));
   const auto spread = [](const Moments<double>& x) { return sqrt(x.var * (1 - x.corr_dim)); };

@@ -177,40 +177,54 @@ double solve_unit_variance(const char* what, F output_var, double guess) {
 // that each block outputs unit variance for the moments that reach it (the
 // paper's (1/d) sqrt((1-p)/r_n) is the large-L, r > 0 limit of this, and
 // blows up as r -> 0; solving the closed forms for unit variance does not).
-inline void solve_dslm(const ModelConfig& config, const WeightOverrides& overrides, ModelWeights& weights) {
-  const double d = static_cast<double>(config.d);
+template <class Activation>
+void solve_dslm_with(const ModelConfig& config, const WeightOverrides& overrides, ModelWeights& weights) {
+  const StackShape<double> s = shape_of(config);
   Moments<double> x = weights.input;
   for (auto& w : weights.layers) {
-    const auto block_input = [&](const Moments<double>& s) {
-      return config.arch == Arch::pre_ln ? LayerNorm<double>(d).forward(s) : s;
+    const auto block_input = [&](const Moments<double>& m) {
+      if (config.arch != Arch::pre_ln) return m;
+      return with_norm(s, [&](const auto& norm) { return norm.forward(m); });
+    };
+    const auto block_var = [&](const LayerWeights& t, Sublayer which, const Moments<double>& h) {
+      return with_block<Activation>(s, t, which, [&](const auto& block) { return block.forward(h).var; });
     };
     const Moments<double> h = block_input(x);
     if (!overrides.v && !overrides.o) {
-      const double s = solve_unit_variance("the attention block", [&](double vo) {
+      const double vo = solve_unit_variance("the attention block", [&](double v) {
         LayerWeights t = w;
-        t.v = t.o = vo;
-        return make_attention_block(config, t).forward(h).var;
+        t.v = t.o = v;
+        return block_var(t, Sublayer::attention, h);
       }, w.v);
-      w.v = w.o = s;
+      w.v = w.o = vo;
     }
-    const auto sub_attn = [&](const auto& sub) { return sub.forward(x); };
     const Moments<double> mid =
-        with_sublayer(config, w, Sublayer::attention, make_attention_block(config, w), sub_attn);
+        on_sublayer<Activation>(s, w, Sublayer::attention, [&](const auto& sub) { return sub.forward(x); });
     const Moments<double> h2 = block_input(mid);
     if (!overrides.ffn1 && !overrides.ffn2) {
-      const double s = solve_unit_variance("the FFN block", [&](double f) {
+      // W1 = W2 (= V in the gated FFN).
+      const double f = solve_unit_variance("the FFN block", [&](double v) {
         LayerWeights t = w;
-        t.ffn1 = t.ffn2 = f;
-        return config.activation == FfnActivation::relu ? make_ffn_block<Relu<double>>(config, t).forward(h2).var
-                                                        : make_ffn_block<Gelu<double>>(config, t).forward(h2).var;
+        t.ffn1 = t.ffn2 = t.ffn_gate = v;
+        return block_var(t, Sublayer::ffn, h2);
       }, w.ffn1);
-      w.ffn1 = w.ffn2 = s;
+      w.ffn1 = w.ffn2 = w.ffn_gate = f;
     }
-    const auto sub_ffn = [&](const auto& sub) { return sub.forward(mid); };
-    x = config.activation == FfnActivation::relu
-            ? with_sublayer(config, w, Sublayer::ffn, make_ffn_block<Relu<double>>(config, w), sub_ffn)
-            : with_sublayer(config, w, Sublayer::ffn, make_ffn_block<Gelu<double>>(config, w), sub_ffn);
+    x = on_sublayer<Activation>(s, w, Sublayer::ffn, [&](const auto& sub) { return sub.forward(mid); });
   }
+}
+
+// Full DeepScaleLM: walk the stack, choosing V = O and W1 = W2 per layer so
+// that each block outputs unit variance for the moments that reach it (the
+// paper's (1/d) sqrt((1-p)/r_n) is the large-L, r > 0 limit of this, and
+// blows up as r -> 0; solving the closed forms for unit variance does not).
+inline void solve_dslm(const ModelConfig& config, const WeightOverrides& overrides, ModelWeights& weights) {
+  switch (config.activation) {
+    case FfnActivation::relu: return solve_dslm_with<Relu<double>>(config, overrides, weights);
+    case FfnActivation::gelu: return solve_dslm_with<Gelu<double>>(config, overrides, weights);
+    case FfnActivation::silu: break;
+  }
+  solve_dslm_with<Silu<double>>(config, overrides, weights);
 }
 
 // Admin: omega_i from the branch variances of a profiling pass (the trace of
@@ -246,7 +260,7 @@ inline ModelWeights initialize(const ModelConfig& config, Scheme scheme, const I
   config.validate(fn);
   require_positive(fn, "embedding_scale", input.embedding_scale);
   const double d = static_cast<double>(config.d), dk = static_cast<double>(config.head_width());
-  const double m = static_cast<double>(config.ffn_mult), p = config.dropout;
+  const double hidden = static_cast<double>(config.hidden_width()), p = config.dropout;
   const double N = static_cast<double>(config.layers);
   if (scheme == Scheme::dslm || scheme == Scheme::dslm_simple) scaling.enabled = true;
 
@@ -254,7 +268,7 @@ inline ModelWeights initialize(const ModelConfig& config, Scheme scheme, const I
   LayerWeights xavier;
   xavier.q = xavier.k = xavier.v = 2 / (d + dk);
   xavier.o = 1 / d;
-  xavier.ffn1 = xavier.ffn2 = 2 / (d + m * d);
+  xavier.ffn1 = xavier.ffn2 = 2 / (d + hidden);
 
   LayerWeights base = xavier;
   double table_var = (1 - p) / std::max(detail::table_count(input), 1.0);
@@ -314,6 +328,7 @@ inline ModelWeights initialize(const ModelConfig& config, Scheme scheme, const I
       embedding_scale *= std::sqrt(d);
       break;
   }
+  base.ffn_gate = base.ffn1;  // the gated FFN's V has W1's shape and fan-in
   if (scaling.enabled) {
     require_positive(fn, "beta2_k", scaling.k);
     require_finite(fn, "beta2_alpha", scaling.alpha);
@@ -329,7 +344,7 @@ inline ModelWeights initialize(const ModelConfig& config, Scheme scheme, const I
     if (overrides.k) w.k = *overrides.k;
     if (overrides.v) w.v = *overrides.v;
     if (overrides.o) w.o = *overrides.o;
-    if (overrides.ffn1) w.ffn1 = *overrides.ffn1;
+    if (overrides.ffn1) w.ffn1 = w.ffn_gate = *overrides.ffn1;
     if (overrides.ffn2) w.ffn2 = *overrides.ffn2;
   };
 
@@ -349,7 +364,7 @@ inline ModelWeights initialize(const ModelConfig& config, Scheme scheme, const I
     LayerWeights& w = weights.layers[n];
     if (scheme == Scheme::ds_init) {  // variance 1/l in layer l (std 1/sqrt l)
       const double l = static_cast<double>(n + 1);
-      for (double* x : {&w.q, &w.k, &w.v, &w.o, &w.ffn1, &w.ffn2}) *x /= l;
+      for (double* x : {&w.q, &w.k, &w.v, &w.o, &w.ffn1, &w.ffn2, &w.ffn_gate}) *x /= l;
     }
     apply(w);
   }

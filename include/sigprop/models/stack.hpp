@@ -7,7 +7,9 @@
 //   Pre-LN : residual(serial(LayerNorm(d), block), lambda, beta)
 //   Post-LN: serial(residual(block, lambda, beta), LayerNorm(d))
 //   no LN  : residual(block, lambda, beta)
-// with block = attention_block(...) or ffn_block<Relu|Gelu>(...). Each row
+// with block = attention_block(...) (causal_attention_block with the causal
+// mask) or ffn_block<Relu|Gelu|Silu>(...) (glu_ffn_block when gated), and
+// LN a LayerNorm or an RMSNorm (ModelConfig::norm). Each row
 // also records the residual dependency beta_{i,i}^2 of the sublayer that
 // produced it (Liu et al. 2020, "Admin", section 4.1).
 #pragma once
@@ -23,6 +25,8 @@
 #include "sigprop/blocks/ffn_block.hpp"
 #include "sigprop/blocks/residual.hpp"
 #include "sigprop/components/layernorm.hpp"
+#include "sigprop/components/rmsnorm.hpp"
+#include "sigprop/components/silu.hpp"
 #include "sigprop/models/config.hpp"
 
 namespace sigprop {
@@ -74,14 +78,16 @@ struct StackShape {
   FfnActivation activation = FfnActivation::relu;
   bool final_layernorm = false;
   AttentionGradient attention_gradient = AttentionGradient::all_paths;
+  Norm norm = Norm::layernorm;
+  bool causal = false, gated = false;
   std::size_t layers = 0;
-  T d, heads, ffn_mult, seq_len, dropout;
+  T d, heads, hidden, seq_len, dropout;  ///< hidden: the FFN's hidden width
 };
 
 /// The weights of one layer for every lane of a batch (LayerWeights, lane-wise).
 template <class T>
 struct BatchLayerWeights {
-  T q, k, v, o, ffn1, ffn2, attn_skip, attn_branch, ffn_skip, ffn_branch;
+  T q, k, v, o, ffn1, ffn2, ffn_gate, attn_skip, attn_branch, ffn_skip, ffn_branch;
 };
 
 namespace detail {
@@ -92,10 +98,13 @@ inline StackShape<double> shape_of(const ModelConfig& c) {
   s.activation = c.activation;
   s.final_layernorm = c.final_layernorm;
   s.attention_gradient = c.attention_gradient;
+  s.norm = c.norm;
+  s.causal = c.causal;
+  s.gated = c.gated_ffn;
   s.layers = c.layers;
   s.d = static_cast<double>(c.d);
   s.heads = static_cast<double>(c.heads);
-  s.ffn_mult = static_cast<double>(c.ffn_mult);
+  s.hidden = static_cast<double>(c.hidden_width());
   s.seq_len = static_cast<double>(c.seq_len);
   s.dropout = c.dropout;
   return s;
@@ -119,12 +128,24 @@ T branch_of(const W& w, Sublayer which) {
 template <class T, class W, class Block, class Apply>
 auto with_sublayer(const StackShape<T>& s, const W& w, Sublayer which, Block block, Apply apply) {
   const T skip = skip_of<T>(w, which), branch = branch_of<T>(w, which);
+  const bool rms = s.norm == Norm::rmsnorm;
   switch (s.arch) {
-    case Arch::pre_ln: return apply(residual(serial(LayerNorm<T>(s.d), std::move(block)), skip, branch));
-    case Arch::post_ln: return apply(serial(residual(std::move(block), skip, branch), LayerNorm<T>(s.d)));
+    case Arch::pre_ln:
+      if (rms) return apply(residual(serial(RmsNorm<T>(s.d), std::move(block)), skip, branch));
+      return apply(residual(serial(LayerNorm<T>(s.d), std::move(block)), skip, branch));
+    case Arch::post_ln:
+      if (rms) return apply(serial(residual(std::move(block), skip, branch), RmsNorm<T>(s.d)));
+      return apply(serial(residual(std::move(block), skip, branch), LayerNorm<T>(s.d)));
     case Arch::no_ln: break;
   }
   return apply(residual(std::move(block), skip, branch));
+}
+
+// The stack's normalization (LayerNorm or RMSNorm) handed to `apply`.
+template <class T, class Apply>
+auto with_norm(const StackShape<T>& s, Apply apply) {
+  if (s.norm == Norm::rmsnorm) return apply(RmsNorm<T>(s.d));
+  return apply(LayerNorm<T>(s.d));
 }
 
 // The residual stage of a composed sublayer (see with_sublayer).
@@ -174,9 +195,11 @@ BranchIO<T> branch_io(const StackShape<T>& s, const W& w, Sublayer which, const 
                       const GradMoments<T>& g_out) {
   const T skip = skip_of<T>(w, which), branch = branch_of<T>(w, which);
   BranchIO<T> io{x, g_out};
-  if (s.arch == Arch::pre_ln) io.input = LayerNorm<T>(s.d).forward(x);
-  if (s.arch == Arch::post_ln)
-    io.grad_out = LayerNorm<T>(s.d).backward(residual(block, skip, branch).forward(x), g_out);
+  if (s.arch == Arch::pre_ln) io.input = with_norm(s, [&](const auto& norm) { return norm.forward(x); });
+  if (s.arch == Arch::post_ln) {
+    const Moments<T> sum = residual(block, skip, branch).forward(x);
+    io.grad_out = with_norm(s, [&](const auto& norm) { return norm.backward(sum, g_out); });
+  }
   io.grad_out.var = branch * branch * io.grad_out.var;
   return io;
 }
@@ -189,7 +212,28 @@ auto make_attention_block(const StackShape<T>& s, const W& w) {
 
 template <class Activation, class T, class W>
 auto make_ffn_block(const StackShape<T>& s, const W& w) {
-  return ffn_block<Activation>(s.d, s.ffn_mult, T(w.ffn1), T(w.ffn2), s.dropout);
+  return ffn_block<Activation>(s.d, T(s.hidden / s.d), T(w.ffn1), T(w.ffn2), s.dropout);
+}
+
+// The block of sublayer `which` as the shape says (full or causal attention;
+// plain or gated FFN), handed to `apply`.
+template <class Activation, class T, class W, class Apply>
+auto with_block(const StackShape<T>& s, const W& w, Sublayer which, Apply apply) {
+  if (which == Sublayer::attention) {
+    if (s.causal)
+      return apply(causal_attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
+                                             s.attention_gradient));
+    return apply(make_attention_block(s, w));
+  }
+  if (s.gated) return apply(glu_ffn_block<Activation>(s.d, s.hidden, T(w.ffn1), T(w.ffn_gate), T(w.ffn2), s.dropout));
+  return apply(make_ffn_block<Activation>(s, w));
+}
+
+// with_sublayer around the block with_block builds.
+template <class Activation, class T, class W, class Apply>
+auto on_sublayer(const StackShape<T>& s, const W& w, Sublayer which, Apply apply) {
+  return with_block<Activation>(s, w, which,
+                                [&](auto block) { return with_sublayer(s, w, which, std::move(block), apply); });
 }
 
 // The scalar forms used by the schemes (one configuration).
@@ -228,20 +272,26 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
       row.residual_share = f.residual_share;
     };
     t.mid[n].layer = n + 1;
-    record(t.mid[n], sublayer_forward(s, w, Sublayer::attention, make_attention_block(s, w), t.rows[n].forward));
-    t.mid[n].domain = with_sublayer(s, w, Sublayer::attention, make_attention_block(s, w), domain(t.rows[n].forward));
+    const auto forward_of = [&](Sublayer which, const Moments<T>& x) {
+      return with_block<Activation>(s, w, which, [&](auto block) {
+        return sublayer_forward(s, w, which, std::move(block), x);
+      });
+    };
+    record(t.mid[n], forward_of(Sublayer::attention, t.rows[n].forward));
+    t.mid[n].domain = on_sublayer<Activation>(s, w, Sublayer::attention, domain(t.rows[n].forward));
     t.rows[n + 1].layer = n + 1;
-    record(t.rows[n + 1],
-           sublayer_forward(s, w, Sublayer::ffn, make_ffn_block<Activation>(s, w), t.mid[n].forward));
-    t.rows[n + 1].domain = t.mid[n].domain.worst(
-        with_sublayer(s, w, Sublayer::ffn, make_ffn_block<Activation>(s, w), domain(t.mid[n].forward)));
+    record(t.rows[n + 1], forward_of(Sublayer::ffn, t.mid[n].forward));
+    t.rows[n + 1].domain =
+        t.mid[n].domain.worst(on_sublayer<Activation>(s, w, Sublayer::ffn, domain(t.mid[n].forward)));
   }
   t.output = t.rows[N];
   t.rows[N].backward = top;
   if (s.arch == Arch::pre_ln && s.final_layernorm) {
-    const LayerNorm<T> final_norm(s.d);
-    t.output.forward = final_norm.forward(t.rows[N].forward);
-    t.rows[N].backward = final_norm.backward(t.rows[N].forward, top);
+    with_norm(s, [&](const auto& final_norm) {
+      t.output.forward = final_norm.forward(t.rows[N].forward);
+      t.rows[N].backward = final_norm.backward(t.rows[N].forward, top);
+      return 0;
+    });
   }
   t.output.backward = top;
   for (std::size_t n = N; n-- > 0;) {
@@ -249,10 +299,9 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
     const auto bwd = [](const Moments<T>& x, const GradMoments<T>& g) {
       return [&x, &g](const auto& sub) { return sub.backward(x, g); };
     };
-    t.mid[n].backward = with_sublayer(s, w, Sublayer::ffn, make_ffn_block<Activation>(s, w),
-                                      bwd(t.mid[n].forward, t.rows[n + 1].backward));
-    t.rows[n].backward = with_sublayer(s, w, Sublayer::attention, make_attention_block(s, w),
-                                       bwd(t.rows[n].forward, t.mid[n].backward));
+    t.mid[n].backward = on_sublayer<Activation>(s, w, Sublayer::ffn, bwd(t.mid[n].forward, t.rows[n + 1].backward));
+    t.rows[n].backward =
+        on_sublayer<Activation>(s, w, Sublayer::attention, bwd(t.rows[n].forward, t.mid[n].backward));
   }
   return t;
 }
@@ -260,8 +309,12 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
 template <class T, class W>
 BasicTrace<T> trace_dispatch(const StackShape<T>& s, const std::vector<W>& layers,
                              const Moments<T>& input, const GradMoments<T>& top) {
-  return s.activation == FfnActivation::relu ? trace_with<Relu<T>>(s, layers, input, top)
-                                             : trace_with<Gelu<T>>(s, layers, input, top);
+  switch (s.activation) {
+    case FfnActivation::relu: return trace_with<Relu<T>>(s, layers, input, top);
+    case FfnActivation::gelu: return trace_with<Gelu<T>>(s, layers, input, top);
+    case FfnActivation::silu: break;
+  }
+  return trace_with<Silu<T>>(s, layers, input, top);
 }
 
 }  // namespace detail
@@ -312,8 +365,9 @@ using BatchChunk = Eigen::Array<double, batch_chunk, 1>;
 /// The traces of many configurations at once, one lane per configuration,
 /// through the same templated code as trace() (lane i equals
 /// trace(configs[i], weights[i], grad_top) up to rounding). The lanes must
-/// share the structure: arch, activation, layers, final_layernorm and
-/// attention_gradient; widths, lengths, dropout and weights may differ.
+/// share the structure: arch, activation, layers, final_layernorm,
+/// attention_gradient, norm, causal and gated_ffn; widths, lengths, dropout
+/// and weights may differ.
 inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
                               const std::vector<ModelWeights>& weights,
                               const GradMoments<double>& grad_top = {1, 0}) {
@@ -330,9 +384,10 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
     c.validate(fn);
     require_moments(fn, weights[i].input);
     if (c.arch != first.arch || c.activation != first.activation || c.layers != first.layers ||
-        c.final_layernorm != first.final_layernorm || c.attention_gradient != first.attention_gradient)
-      fail("configs[" + std::to_string(i) + "].arch, activation, layers, final_layernorm or attention_gradient "
-           "differs from configs[0]'s: a batch shares its structure");
+        c.final_layernorm != first.final_layernorm || c.attention_gradient != first.attention_gradient ||
+        c.norm != first.norm || c.causal != first.causal || c.gated_ffn != first.gated_ffn)
+      fail("configs[" + std::to_string(i) + "].arch, activation, layers, final_layernorm, attention_gradient, "
+           "norm, causal or gated_ffn differs from configs[0]'s: a batch shares its structure");
     if (weights[i].layers.size() != c.layers)
       fail("weights[" + std::to_string(i) + "].layers.size() = " + std::to_string(weights[i].layers.size()) +
            " is outside the valid range {layers = " + std::to_string(c.layers) + "}");
@@ -372,6 +427,9 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
   s.activation = first.activation;
   s.final_layernorm = first.final_layernorm;
   s.attention_gradient = first.attention_gradient;
+  s.norm = first.norm;
+  s.causal = first.causal;
+  s.gated = first.gated_ffn;
   s.layers = N;
   std::vector<BatchLayerWeights<BatchChunk>> layers(N);
   Moments<BatchChunk> input;
@@ -384,7 +442,7 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
       const StackShape<double> one = detail::shape_of(configs[i]);
       s.d(j) = one.d;
       s.heads(j) = one.heads;
-      s.ffn_mult(j) = one.ffn_mult;
+      s.hidden(j) = one.hidden;
       s.seq_len(j) = one.seq_len;
       s.dropout(j) = one.dropout;
       const Moments<double>& x = weights[i].input;
@@ -401,6 +459,7 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
         b.o(j) = a.o;
         b.ffn1(j) = a.ffn1;
         b.ffn2(j) = a.ffn2;
+        b.ffn_gate(j) = a.ffn_gate;
         b.attn_skip(j) = a.attn_skip;
         b.attn_branch(j) = a.attn_branch;
         b.ffn_skip(j) = a.ffn_skip;

@@ -7,6 +7,8 @@
 //   Post-LN: x <- LN(lambda x + beta Attn(x));  x <- LN(lambda x + beta FFN(x))
 //   no LN  : x <- lambda x + beta Attn(x);      x <- lambda x + beta FFN(x)
 //   Attn(h) = Dropout(concat_h(head_h(h)) W_O),  FFN(h) = Dropout(act(h W1) W2)
+// Decoder options: LN an RMSNorm, every head causal, the gated FFN
+// Dropout((act(h W1) * (h V)) W2).
 // The model input is drawn with the given moments (compound symmetric along
 // length; with an embedding LayerNorm, the embedding output is drawn and
 // normalized) and the gradient at the top with (grad var, grad corr_len).
@@ -20,6 +22,7 @@
 #include "sigprop/models/config.hpp"
 #include "sigprop/models/schemes.hpp"
 #include "sigprop/models/stack.hpp"
+#include "sigprop/montecarlo/components/rmsnorm.hpp"
 #include "sigprop/montecarlo/ops.hpp"
 #include "sigprop/montecarlo/sampler.hpp"
 #include "sigprop/montecarlo/statistics.hpp"
@@ -51,20 +54,40 @@ namespace detail {
 
 struct LayerParams {
   std::vector<ops::Matrix> wq, wk, wv;  // per head, d x d/H
-  ops::Matrix wo, w1, w2;
+  ops::Matrix wo, w1, w2, wgate;  // wgate: V of the gated FFN
 };
+
+// LayerNorm or RMSNorm over the rows, with what its backward needs.
+struct NormCache {
+  ops::LayerNormCache layernorm;
+  ops::RmsNormCache rmsnorm;
+  bool rms = false;
+  const ops::Matrix& y() const { return rms ? rmsnorm.y : layernorm.y; }
+};
+
+inline NormCache norm_forward(const ModelConfig& c, const ops::Matrix& x) {
+  NormCache n;
+  n.rms = c.norm == Norm::rmsnorm;
+  if (n.rms) n.rmsnorm = ops::rmsnorm_forward(x);
+  else n.layernorm = ops::layernorm_forward(x);
+  return n;
+}
+
+inline ops::Matrix norm_backward(const NormCache& n, const ops::Matrix& g) {
+  return n.rms ? ops::rmsnorm_backward(n.rmsnorm, g) : ops::layernorm_backward(n.layernorm, g);
+}
 
 struct SublayerCache {
   ops::Matrix input;                 // x entering the sublayer (the residual stream)
-  ops::LayerNormCache pre_norm;      // Pre-LN: LN(x)
-  ops::LayerNormCache post_norm;     // Post-LN: LN(sum)
+  NormCache pre_norm;                // Pre-LN: LN(x)
+  NormCache post_norm;               // Post-LN: LN(sum)
   std::vector<ops::AttentionCache> heads;
-  ops::Matrix concat, ffn_hidden, ffn_act, out_mask;
+  ops::Matrix concat, ffn_hidden, ffn_act, ffn_gate, out_mask;  // ffn_gate: h V of the gated FFN
 };
 
 inline LayerParams draw_layer(const ModelConfig& c, const LayerWeights& w, Random& rng) {
   const auto d = static_cast<Eigen::Index>(c.d), dk = static_cast<Eigen::Index>(c.head_width());
-  const auto m = static_cast<Eigen::Index>(c.ffn_mult * c.d);
+  const auto m = static_cast<Eigen::Index>(c.hidden_width());
   LayerParams p;
   for (std::size_t h = 0; h < c.heads; ++h) {
     p.wq.push_back(rng.normal_matrix(d, dk, w.q));
@@ -74,11 +97,17 @@ inline LayerParams draw_layer(const ModelConfig& c, const LayerWeights& w, Rando
   p.wo = rng.normal_matrix(d, d, w.o);
   p.w1 = rng.normal_matrix(d, m, w.ffn1);
   p.w2 = rng.normal_matrix(m, d, w.ffn2);
+  if (c.gated_ffn) p.wgate = rng.normal_matrix(d, m, w.ffn_gate);
   return p;
 }
 
 inline ops::Activation to_op(FfnActivation a) {
-  return a == FfnActivation::relu ? ops::Activation::relu : ops::Activation::gelu;
+  switch (a) {
+    case FfnActivation::relu: return ops::Activation::relu;
+    case FfnActivation::gelu: return ops::Activation::gelu;
+    case FfnActivation::silu: break;
+  }
+  return ops::Activation::silu;
 }
 
 // Dropout on a sublayer's output; the mask is kept for the backward pass.
@@ -98,7 +127,7 @@ inline ops::Matrix attention_branch(const ModelConfig& c, const LayerParams& p, 
   cache.heads.clear();
   for (std::size_t i = 0; i < c.heads; ++i) {
     ops::Matrix out;
-    cache.heads.push_back(ops::attention_head_forward(h, p.wq[i], p.wk[i], p.wv[i], c.dropout, rng, out));
+    cache.heads.push_back(ops::attention_head_forward(h, p.wq[i], p.wk[i], p.wv[i], c.dropout, rng, out, c.causal));
     cache.concat.middleCols(static_cast<Eigen::Index>(i) * dk, dk) = out;
   }
   return output_dropout(c, cache.concat * p.wo, cache, rng);
@@ -133,12 +162,24 @@ inline ops::Matrix ffn_branch(const ModelConfig& c, const LayerParams& p, const 
                               SublayerCache& cache, Random& rng) {
   cache.ffn_hidden = h * p.w1;
   cache.ffn_act = ops::activation_forward(to_op(c.activation), cache.ffn_hidden);
+  if (c.gated_ffn) {
+    cache.ffn_gate = h * p.wgate;
+    return output_dropout(c, cache.ffn_act.cwiseProduct(cache.ffn_gate) * p.w2, cache, rng);
+  }
   return output_dropout(c, cache.ffn_act * p.w2, cache, rng);
 }
 
 inline ops::Matrix ffn_branch_backward(const ModelConfig& c, const LayerParams& p, const ops::Matrix& h,
                                        const SublayerCache& cache, ops::Matrix g, LayerGradNorms& norms) {
   if (c.dropout > 0) g = g.cwiseProduct(cache.out_mask);
+  if (c.gated_ffn) {
+    norms.ffn2 = (cache.ffn_act.cwiseProduct(cache.ffn_gate).transpose() * g).squaredNorm();
+    const ops::Matrix g_product = g * p.w2.transpose();
+    const ops::Matrix g_hidden =
+        ops::activation_backward(to_op(c.activation), cache.ffn_hidden, g_product.cwiseProduct(cache.ffn_gate));
+    norms.ffn1 = (h.transpose() * g_hidden).squaredNorm();
+    return g_hidden * p.w1.transpose() + g_product.cwiseProduct(cache.ffn_act) * p.wgate.transpose();
+  }
   norms.ffn2 = (cache.ffn_act.transpose() * g).squaredNorm();
   const ops::Matrix g_hidden = ops::activation_backward(to_op(c.activation), cache.ffn_hidden, g * p.w2.transpose());
   norms.ffn1 = (h.transpose() * g_hidden).squaredNorm();
@@ -184,8 +225,8 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
         cache.input = x;
         const ops::Matrix* h = &x;
         if (pre) {
-          cache.pre_norm = ops::layernorm_forward(x);
-          h = &cache.pre_norm.y;
+          cache.pre_norm = detail::norm_forward(config, x);
+          h = &cache.pre_norm.y();
         }
         const ops::Matrix f = sub == 0 ? detail::attention_branch(config, params[n], *h, cache, rng)
                                        : detail::ffn_branch(config, params[n], *h, cache, rng);
@@ -193,8 +234,8 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
         const double skip = sub == 0 ? w.attn_skip : w.ffn_skip, scale = sub == 0 ? w.attn_branch : w.ffn_branch;
         ops::Matrix sum = skip * x + scale * f;
         if (post) {
-          cache.post_norm = ops::layernorm_forward(sum);
-          x = cache.post_norm.y;
+          cache.post_norm = detail::norm_forward(config, sum);
+          x = cache.post_norm.y();
         } else {
           x = std::move(sum);
         }
@@ -204,19 +245,19 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
     }
     // Final LayerNorm (Pre-LN option): the gradient is given at its output.
     ops::Matrix g = sample_gradient(L, d, grad_top, rng);
-    if (pre && config.final_layernorm) g = ops::layernorm_backward(ops::layernorm_forward(x), g);
+    if (pre && config.final_layernorm) g = detail::norm_backward(detail::norm_forward(config, x), g);
     bwd[N].add(g);
     for (std::size_t n = N; n-- > 0;) {
       const LayerWeights& w = weights.layers[n];
       detail::LayerGradNorms norms;
       for (int sub = 1; sub >= 0; --sub) {
         const detail::SublayerCache& cache = caches[2 * n + static_cast<std::size_t>(sub)];
-        if (post) g = ops::layernorm_backward(cache.post_norm, g);
-        const ops::Matrix& h = pre ? cache.pre_norm.y : cache.input;
+        if (post) g = detail::norm_backward(cache.post_norm, g);
+        const ops::Matrix& h = pre ? cache.pre_norm.y() : cache.input;
         const double skip = sub == 0 ? w.attn_skip : w.ffn_skip, scale = sub == 0 ? w.attn_branch : w.ffn_branch;
         ops::Matrix gh = sub == 0 ? detail::attention_branch_backward(config, params[n], h, cache, scale * g, norms)
                                   : detail::ffn_branch_backward(config, params[n], h, cache, scale * g, norms);
-        if (pre) gh = ops::layernorm_backward(cache.pre_norm, gh);
+        if (pre) gh = detail::norm_backward(cache.pre_norm, gh);
         g = skip * g + gh;
         if (sub == 1) bwd_mid[n].add(g);
       }
@@ -299,6 +340,25 @@ inline std::vector<ModelCase> validation_models() {
       {"pre-ln bert relu", config(A::pre_ln, 4, 192, 6, 64, 0.1, F::relu), Scheme::bert},
       {"pre-ln xavier relu, IID input", config(A::pre_ln, 8, 128, 4, 128, 0.1, F::relu), Scheme::xavier, iid},
       {"post-ln xavier gelu, IID input", config(A::post_ln, 8, 128, 4, 128, 0.0, F::gelu), Scheme::xavier, iid},
+  };
+}
+
+/// The decoder presets (with_architecture: llama, gpt2) with Xavier and
+/// DeepScaleLM weights at small sizes (docs/decoders.md, "Decoder stacks").
+inline std::vector<ModelCase> decoder_models() {
+  const auto config = [](const char* arch, std::size_t layers, std::size_t d, std::size_t heads) {
+    ModelConfig c;
+    c.layers = layers;
+    c.d = d;
+    c.heads = heads;
+    c.seq_len = 64;
+    return with_architecture(c, arch);
+  };
+  return {
+      {"llama xavier", config("llama", 4, 128, 4), Scheme::xavier},
+      {"llama dslm", config("llama", 6, 96, 3), Scheme::dslm},
+      {"gpt2 xavier", config("gpt2", 4, 128, 4), Scheme::xavier},
+      {"gpt2 dslm", config("gpt2", 6, 96, 3), Scheme::dslm},
   };
 }
 

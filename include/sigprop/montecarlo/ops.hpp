@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 
 #include <Eigen/Core>
 #include <boost/math/constants/constants.hpp>
@@ -66,15 +67,20 @@ inline Matrix softmax_rows_backward(const Matrix& p, const Matrix& g) {
 }
 
 /// Elementwise activations: value and derivative.
-enum class Activation { relu, gelu };
+enum class Activation { relu, gelu, silu };
 
 inline double activation_value(Activation a, double x) {
   if (a == Activation::relu) return x > 0 ? x : 0;
+  if (a == Activation::silu) return x / (1 + std::exp(-x));
   return 0.5 * x * std::erfc(-x * boost::math::constants::one_div_root_two<double>());
 }
 
 inline double activation_derivative(Activation a, double x) {
   if (a == Activation::relu) return x > 0 ? 1 : 0;
+  if (a == Activation::silu) {
+    const double sigmoid = 1 / (1 + std::exp(-x));
+    return sigmoid * (1 + x * (1 - sigmoid));
+  }
   const double cdf = 0.5 * std::erfc(-x * boost::math::constants::one_div_root_two<double>());
   return cdf + x * std::exp(-0.5 * x * x) * boost::math::constants::one_div_root_two_pi<double>();
 }
@@ -94,15 +100,18 @@ struct AttentionCache {
   double scale = 1;
 };
 
+/// `causal`: query i attends to keys 1..i (the scores above the diagonal are -inf).
 inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, const Matrix& wk,
                                              const Matrix& wv, double p, Random& rng,
-                                             Matrix& out) {
+                                             Matrix& out, bool causal = false) {
   AttentionCache c;
   c.q = x * wq;
   c.k = x * wk;
   c.v = x * wv;
   c.scale = 1 / std::sqrt(static_cast<double>(wq.cols()));
-  c.probs = softmax_rows((c.q * c.k.transpose()) * c.scale);
+  Matrix scores = (c.q * c.k.transpose()) * c.scale;
+  if (causal) scores.triangularView<Eigen::StrictlyUpper>().setConstant(-std::numeric_limits<double>::infinity());
+  c.probs = softmax_rows(scores);
   if (p > 0) {
     c.mask = dropout_mask(x.rows(), x.rows(), p, rng);
     out = c.probs.cwiseProduct(c.mask) * c.v;

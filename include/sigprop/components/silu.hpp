@@ -1,0 +1,356 @@
+// sigprop/components/silu.hpp -- y = SiLU(x) = x sigma(x) entrywise, sigma the
+// logistic sigmoid 1/(1 + e^-x) (also called Swish-1; the gate of SwiGLU).
+//
+// References: Elfwing, Uchibe and Doya, "Sigmoid-weighted linear units for
+// neural network function approximation in reinforcement learning" (Neural
+// Networks 107, 2018); Ramachandran, Zoph and Le, "Searching for activation
+// functions" (2017, arXiv:1710.05941), who call it Swish; Shazeer, "GLU
+// variants improve transformer" (2020, arXiv:2002.05202), SwiGLU.
+//
+// NOT closed form: no closed form is known for these Gaussian moments, so
+// they are evaluated by numerical quadrature (below), for any input mean.
+//
+// Input model as for GeLU: x ~ N(mu, s^2), and a pair of entries with
+// correlation r (r = corr_len for two positions, r = corr_dim for two hidden
+// units; both go through the same kernel and may be negative). Outputs:
+//   mean  E[SiLU(x)]
+//   var   Var[SiLU(x)]
+//   corr  Cov[SiLU(x1), SiLU(x2)] / Var[SiLU(x)]
+// Backward, dx = g SiLU'(x), SiLU'(x) = sigma(x) (1 + x sigma(-x)), g independent
+// of x with mean 0:
+//   Var[dx]         = Var[g] E[SiLU'(x)^2]
+//   Corr[dx1, dx2]  = r_g E[SiLU'(x1) SiLU'(x2)] / E[SiLU'(x)^2]   (r = corr_len).
+//
+// Evaluation. With x = mu + s z, z ~ N(0, 1), every moment is a 1-D integral
+// over z (mean, variance, E[SiLU'^2]) or an outer integral over z whose
+// integrand holds the conditional expectation over the partner
+// x2 | x1 ~ N(mu + r s z, s^2 (1 - r^2)), itself an integral (v = s^2 (1 - r^2)
+// = 0 at r = +-1 needs none). Both levels use adaptive Gauss-Kronrod
+// (boost::math::quadrature::gauss_kronrod, 31 points, relative tolerance
+// 1e-12, at most 15 bisections) on the whole line. Numerics:
+// - The forward integrands are centred and divided by s: with
+//   u(z) = (SiLU(mu + s z) - SiLU(mu)) / s and its mean m_u,
+//   mean = SiLU(mu) + s m_u, var = s^2 E[(u - m_u)^2],
+//   cov = s^2 E_z[(u(z) - m_u)(E[u(r z + sqrt(1 - r^2) w) | z] - m_u)].
+//   The difference is formed without cancellation as
+//   d sigma(mu + d) + mu (sigma(mu + d) - sigma(mu)), d = s z, with
+//   sigma(a) - sigma(b) = sinh((a - b)/2) / (2 cosh(a/2) cosh(b/2)) for
+//   |a - b| <= 1 (else from the smaller tails), so neither mu >> s nor
+//   s -> 0 cancels; what is left is the SiLU minimum (mu = -1.2785, where
+//   SiLU' = 0), at which the relative error grows like 1e-16 / s.
+// - sigma is evaluated as 1/(1 + e) or e/(1 + e) with e = exp(-|x|) <= 1, which
+//   neither overflows nor loses the lower tail.
+// - Boost's tolerance is relative to the integral, which a covariance near 0
+//   does not have; each integrand that can cancel gets a floor (the output
+//   variance for the outer integrals, its square root for the inner ones)
+//   added to it and subtracted from the result, so the error is 1e-12 of the
+//   floor at worst, i.e. 1e-12 absolute in a correlation.
+// - For s > 1 the sigmoid's transition (width 1 in x) is narrower than the
+//   Gaussian; each integral is then split at the kink z = -mu/s (and at 0), and
+//   the inner one at its own kink, so the bisection never has to find it.
+// Measured accuracy and cost: docs/components/silu.md (about 1e-13 in every
+// output against an independent long-double evaluation; a few milliseconds
+// per forward + backward).
+//
+// Limits: s = 0 gives SiLU(mu), variance 0 and, as for GeLU, the input's
+// correlations (the s -> 0 limit, where SiLU acts linearly); E[SiLU'^2] = SiLU'(mu)^2
+// and the gradient correlation r_g. The same convention applies when the
+// standardized output variance (or E[SiLU'^2]) is too small to divide by
+// (below 1e-292, e.g. mu < -350 at s = 1). s -> 0: SiLU(x) ~ SiLU(mu) +
+// SiLU'(mu)(x - mu), var -> s^2 SiLU'(mu)^2 (s^2/4 at mu = 0), corr -> r.
+// s -> inf: SiLU - ReLU is bounded, so the maps tend to ReLU's arc-cosine
+// kernel. r = 0 gives corr 0 exactly and the gradient E[SiLU']^2/E[SiLU'^2].
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include <boost/math/quadrature/gauss.hpp>
+#include <boost/math/quadrature/gauss_kronrod.hpp>
+
+#include "sigprop/core/component.hpp"
+
+namespace sigprop {
+
+namespace detail {
+
+/// The logistic sigmoid at x and -x from one e = exp(-|x|) <= 1: no overflow,
+/// and the lower tail e/(1 + e) keeps its relative accuracy.
+template <class R>
+struct SiluSigmoid {
+  R plus, minus;  // sigma(x), sigma(-x) = 1 - sigma(x)
+  explicit SiluSigmoid(R x) {
+    const R e = std::exp(-std::abs(x));
+    const R upper = 1 / (1 + e), lower = e / (1 + e);
+    plus = x >= 0 ? upper : lower;
+    minus = x >= 0 ? lower : upper;
+  }
+};
+
+template <class R>
+R silu_value(R x) {
+  return x * SiluSigmoid<R>(x).plus;
+}
+
+/// SiLU'(x) = sigma(x) (1 + x sigma(-x)).
+template <class R>
+R silu_derivative(R x) {
+  const SiluSigmoid<R> sig(x);
+  return sig.plus * (1 + x * sig.minus);
+}
+
+/// SiLU(mu + d) - SiLU(mu) = d sigma(x) + mu (sigma(x) - sigma(mu)), x = mu + d,
+/// with no cancellation in the sigmoid difference: for |d| <= 1 it is
+/// -sigma(x) sigma(-mu) expm1(-d) (exact identity, every factor accurate);
+/// further apart the difference of the smaller tails. `at_mu` is sigma at mu.
+template <class R>
+R silu_difference(R mu, const SiluSigmoid<R>& at_mu, R d) {
+  const R x = mu + d;
+  const SiluSigmoid<R> sig(x);
+  R diff;  // sigma(x) - sigma(mu)
+  if (std::abs(d) <= 1) diff = -sig.plus * at_mu.minus * std::expm1(-d);
+  else if (mu >= 0 && x >= 0) diff = at_mu.minus - sig.minus;
+  else diff = sig.plus - at_mu.plus;
+  return d * sig.plus + mu * diff;
+}
+
+/// Moments of SiLU(mu + s z), z ~ N(0, 1), s > 0, by adaptive Gauss-Kronrod
+/// (header comment). Scalar only; R is at least double.
+template <class R>
+class SiluQuadrature {
+ public:
+  SiluQuadrature(R mean, R var)
+      : mu_(mean), s_(std::sqrt(var)), kink_(-mean / s_), at_mu_(mean) {
+    // E[u] cancels (u is odd to first order): its floor is the rms of u.
+    const R rms = std::sqrt(outer(
+        [this](R z) {
+          const R v = u(z);
+          return v * v;
+        },
+        0));
+    shift_ = outer([this](R z) { return u(z); }, rms);
+  }
+
+  /// E[SiLU(x)].
+  R mean() const { return silu_value(mu_) + s_ * shift_; }
+
+  /// Var[SiLU(x)] / s^2.
+  R var_per_var() const {
+    return outer(
+        [this](R z) {
+          const R c = u(z) - shift_;
+          return c * c;
+        },
+        0);
+  }
+
+  /// Cov[SiLU(x1), SiLU(x2)] / s^2 at correlation r; `var_per_var` is
+  /// var_per_var() (the floor of the tolerance).
+  R cov_per_var(R r, R var_per_var) const {
+    if (r == 0) return 0;  // independent Gaussians
+    const R c = std::sqrt((1 - r) * (1 + r)), inner_floor = std::sqrt(var_per_var);
+    return outer(
+        [&](R z) {
+          const R partner =
+              c == 0 ? u(r * z) : inner(z, r, c, [&](R w) { return u(r * z + c * w); }, inner_floor);
+          return (u(z) - shift_) * (partner - shift_);
+        },
+        var_per_var);
+  }
+
+  /// E[SiLU'(x)^2].
+  R grad_second() const {
+    return outer(
+        [this](R z) {
+          const R d = derivative(z);
+          return d * d;
+        },
+        0);
+  }
+
+  /// E[SiLU'(x1) SiLU'(x2)] at correlation r; `second` is grad_second().
+  R grad_cross(R r, R second) const {
+    const R inner_floor = std::sqrt(second);
+    if (r == 0) {  // E[SiLU'(x)]^2
+      const R m = outer([this](R z) { return derivative(z); }, inner_floor);
+      return m * m;
+    }
+    const R c = std::sqrt((1 - r) * (1 + r));
+    return outer(
+        [&](R z) {
+          const R partner = c == 0 ? derivative(r * z)
+                                   : inner(z, r, c, [&](R w) { return derivative(r * z + c * w); }, inner_floor);
+          return derivative(z) * partner;
+        },
+        second);
+  }
+
+ private:
+  // (SiLU(mu + s t) - SiLU(mu)) / s and SiLU'(mu + s t).
+  R u(R t) const { return silu_difference(mu_, at_mu_, R(s_ * t)) / s_; }
+  R derivative(R t) const { return silu_derivative(R(mu_ + s_ * t)); }
+
+  // E[f(z)] over z ~ N(0, 1); SiLU's transition is at z = -mu/s, of width 1/s.
+  template <class F>
+  R outer(F f, R floor) const {
+    return expect(f, floor, kink_, s_);
+  }
+
+  // E[f(w)] over the partner's w ~ N(0, 1), x2 = mu + s (r z + c w): the
+  // transition is at w = (-mu/s - r z)/c, of width 1/(s c).
+  template <class F>
+  R inner(R z, R r, R c, F f, R floor) const {
+    return expect(f, floor, (kink_ - r * z) / c, s_ * c);
+  }
+
+  // E[f(Z)], Z ~ N(0, 1), to 1e-12 max(|E f|, floor) (header comment), for f
+  // built from SiLU(m + scale Z) with kink = -m/scale. The integrand's mass
+  // lies within 2 scale of 0 when m < 0 (|f| grows at most like
+  // e^(2 scale |z|) below the kink), else near 0 (|f| grows polynomially); 12
+  // more loses e^-50 of it; 38 is where the density underflows. The range is
+  // cut at 0 and, for scale > 1, at the transition: kink and kink +- 10/scale
+  // (sigma(-10) = 4.5e-5; beyond it sigma is 1 or 0 up to an entire e^-|x|).
+  template <class F>
+  static R expect(F f, R floor, R kink, R scale) {
+    const auto g = [&](R z) {
+      const R density = math::normal_pdf(z);
+      return density > 0 ? f(z) * density : R(0);
+    };
+    const R reach = kink > 0 ? std::min(R(38), 12 + std::min(2 * scale, std::max(kink, std::sqrt(scale * kink)))) : R(12);
+    R cuts[6] = {-reach, 0, reach};
+    std::size_t n = 3;
+    if (scale > 1)
+      for (R c : {kink, R(kink - 40 / scale), R(kink + 40 / scale)}) {
+        if (!(std::abs(c) < reach)) continue;
+        std::size_t i = n++;  // insertion into the sorted cuts
+        for (; cuts[i - 1] > c; --i) cuts[i] = cuts[i - 1];
+        cuts[i] = c;
+      }
+    R value[5], error[5], total = 0;
+    for (std::size_t i = 0; i + 1 < n; ++i) {
+      value[i] = rule(g, cuts[i], cuts[i + 1], error[i]);
+      total += value[i];
+    }
+    // Each piece's share of the absolute tolerance (halved at every bisection).
+    const R target = tolerance() * std::max(std::abs(total), floor) / R(n - 1);
+    R sum = 0;
+    for (std::size_t i = 0; i + 1 < n; ++i) sum += refine(g, cuts[i], cuts[i + 1], value[i], error[i], target, 0);
+    return sum;
+  }
+
+  static constexpr R tolerance() { return R(1e-12); }
+
+  // The Gauss-Kronrod 61-point rule on [a, b] (Boost.Math's nodes and weights)
+  // and its error estimate |K61 - G30|, reported as 0 at the rounding level
+  // 50 eps sum |w f|, below which bisecting a cancelling integrand cannot help.
+  template <class G>
+  static R rule(const G& g, R a, R b, R& error) {
+    error = 0;
+    if (!(a < b)) return 0;
+    using Kronrod = boost::math::quadrature::gauss_kronrod<R, 61>;
+    using Gauss = boost::math::quadrature::gauss<R, 30>;
+    const auto& x = Kronrod::abscissa();
+    const auto& wk = Kronrod::weights();
+    const auto& wg = Gauss::weights();  // at the odd Kronrod nodes
+    const R mid = a + (b - a) / 2, half = (b - a) / 2;
+    const R f0 = g(mid);
+    R kronrod = wk[0] * f0, gauss = 0, l1 = wk[0] * std::abs(f0);
+    for (std::size_t i = 1; i < x.size(); ++i) {
+      const R fp = g(mid + half * x[i]), fm = g(mid - half * x[i]);
+      kronrod += wk[i] * (fp + fm);
+      l1 += wk[i] * (std::abs(fp) + std::abs(fm));
+      if (i % 2 == 1) gauss += wg[i / 2] * (fp + fm);
+    }
+    const R difference = std::abs(kronrod - gauss);
+    error = difference > 50 * std::numeric_limits<R>::epsilon() * l1 ? half * difference : R(0);
+    return half * kronrod;
+  }
+
+  // Bisection until the error estimate is below the piece's absolute share
+  // `target` or 1e-12 of its own value, at most 30 levels deep.
+  template <class G>
+  static R refine(const G& g, R a, R b, R value, R error, R target, int depth) {
+    if (depth == 30 || error <= std::max(target, tolerance() * std::abs(value))) return value;
+    const R mid = a + (b - a) / 2;
+    R error_left, error_right;
+    const R left = rule(g, a, mid, error_left), right = rule(g, mid, b, error_right);
+    return refine(g, a, mid, left, error_left, target / 2, depth + 1) +
+           refine(g, mid, b, right, error_right, target / 2, depth + 1);
+  }
+
+  R mu_, s_, kink_;
+  SiluSigmoid<R> at_mu_;
+  R shift_ = 0;
+};
+
+}  // namespace detail
+
+template <class T = double>
+class Silu : public Component<Silu<T>, T> {
+ public:
+  static constexpr const char* name = "sigprop::Silu";
+
+  Silu() = default;
+
+  Moments<T> forward_impl(const Moments<T>& in) const {
+    Moments<T> out = in;
+    for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
+      const Real mu = Real(lane(in.mean, i)), var = Real(lane(in.var, i));
+      const Real r_len = Real(lane(in.corr_len, i)), r_dim = Real(lane(in.corr_dim, i));
+      if (!(var > 0)) {  // a constant input: SiLU(mu), correlations unchanged
+        set_lane(out.mean, i, detail::silu_value(mu));
+        set_lane(out.var, i, 0);
+        continue;
+      }
+      const Quadrature quad(mu, var);
+      const Real per_var = quad.var_per_var();
+      set_lane(out.mean, i, quad.mean());
+      set_lane(out.var, i, var * per_var);
+      if (!(per_var >= tiny())) continue;  // correlations stay the input's (header comment)
+      const Real c_len = quad.cov_per_var(r_len, per_var) / per_var;
+      set_lane(out.corr_len, i, c_len);
+      set_lane(out.corr_dim, i, r_dim == r_len ? c_len : quad.cov_per_var(r_dim, per_var) / per_var);
+    }
+    return out;
+  }
+
+  GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
+    T second = in.var, ratio = in.var;
+    for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
+      const Real mu = Real(lane(in.mean, i)), var = Real(lane(in.var, i));
+      if (!(var > 0)) {  // constant input: dx = g SiLU'(mu)
+        const Real d = detail::silu_derivative(mu);
+        set_lane(second, i, d * d);
+        set_lane(ratio, i, 1);
+        continue;
+      }
+      const Quadrature quad(mu, var);
+      const Real sec = quad.grad_second();
+      set_lane(second, i, sec);
+      set_lane(ratio, i, sec >= tiny() ? quad.grad_cross(Real(lane(in.corr_len, i)), sec) / sec : Real(1));
+    }
+    return {g.var * second, g.corr_len * ratio};
+  }
+
+ private:
+  using Real = std::conditional_t<(sizeof(math::real_of<T>) < sizeof(double)), double,
+                                  math::real_of<T>>;
+  using Quadrature = detail::SiluQuadrature<Real>;
+
+  // Smallest standardized second moment divided by: min normal / epsilon
+  // (1e-292 in double), so its integrands are normal numbers.
+  static Real tiny() { return std::numeric_limits<Real>::min() / std::numeric_limits<Real>::epsilon(); }
+
+  static void set_lane(T& x, std::size_t i, Real v) {
+    if constexpr (is_scalar_v<T>) {
+      (void)i;
+      x = static_cast<T>(v);
+    } else {
+      x(static_cast<Eigen::Index>(i)) = static_cast<math::real_of<T>>(v);
+    }
+  }
+};
+
+}  // namespace sigprop

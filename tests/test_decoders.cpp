@@ -1,0 +1,95 @@
+// Decoder stacks (with_architecture: llama, gpt2): the presets, DeepScaleLM
+// solved for them, and the sequence-averaged trace against whole-model
+// simulation.
+#include <cmath>
+#include <cstdio>
+
+#include "catch.hpp"
+#include "sigprop/montecarlo.hpp"
+
+using namespace sigprop;
+namespace mc = sigprop::montecarlo;
+
+TEST_CASE("decoders: the presets set what they name", "[decoders]") {
+  ModelConfig c;
+  c.d = 768;
+  const ModelConfig llama = with_architecture(c, "llama");
+  CHECK(llama.norm == Norm::rmsnorm);
+  CHECK(llama.causal);
+  CHECK(llama.gated_ffn);
+  CHECK(llama.activation == FfnActivation::silu);
+  CHECK(llama.hidden_width() == 2048);  // 8 * 768 / 3 = 2048
+  CHECK(llama.dropout == 0);
+  CHECK(llama.final_layernorm);
+  CHECK(architecture_name(llama) == "llama");
+  const ModelConfig gpt2 = with_architecture(c, "gpt2");
+  CHECK(gpt2.norm == Norm::layernorm);
+  CHECK(gpt2.causal);
+  CHECK_FALSE(gpt2.gated_ffn);
+  CHECK(gpt2.activation == FfnActivation::gelu);
+  CHECK(gpt2.hidden_width() == 4 * 768);
+  CHECK(architecture_name(gpt2) == "gpt2");
+  CHECK_FALSE(is_encoder(gpt2));
+  CHECK(is_encoder(with_architecture(c, "post-ln")));
+  CHECK_THROWS_WITH(with_architecture(c, "bert"), Catch::Contains("arch = 'bert'") && Catch::Contains("llama"));
+  // Measures derived for encoders refuse decoders by name.
+  ModelConfig small = llama;
+  small.layers = 2;
+  small.d = 64;
+  small.heads = 2;
+  small.seq_len = 16;
+  small.ffn_hidden = 176;
+  const ModelWeights w = initialize(small, Scheme::xavier);
+  CHECK_THROWS_WITH(weight_grad_norms(small, w, trace(small, w)), Catch::Contains("llama"));
+}
+
+TEST_CASE("decoders: DeepScaleLM gives every block unit output variance", "[decoders]") {
+  for (const char* arch : {"llama", "gpt2"}) {
+    ModelConfig c;
+    c.layers = 6;
+    c.d = 128;
+    c.heads = 4;
+    c.seq_len = 64;
+    c = with_architecture(c, arch);
+    InputSpec input;
+    input.measured = Moments<double>{0, 1, 0.2, 0};
+    const ModelWeights w = initialize(c, Scheme::dslm, input);
+    const Trace t = trace(c, w);
+    for (std::size_t n = 1; n <= c.layers; ++n) {
+      INFO(arch << " layer " << n);
+      CHECK(t.mid[n - 1].branch_var == Approx(1).epsilon(1e-9));
+      CHECK(t.rows[n].branch_var == Approx(1).epsilon(1e-9));
+      CHECK(t.rows[n].forward.var == Approx(1).epsilon(1e-9));  // lambda^2 + beta^2 = 1
+    }
+  }
+}
+
+TEST_CASE("decoders: per-layer variances against whole-model simulation", "[decoders][montecarlo]") {
+  std::uint64_t seed = 211;
+  for (const auto& k : mc::decoder_models()) {
+    mc::SimulationSetup setup;
+    setup.trials = 16;
+    setup.seed = ++seed;
+    const mc::ModelCaseResult r = mc::run_case(k, setup);
+    const std::size_t N = k.config.layers;
+    const bool xavier = k.scheme == Scheme::xavier;
+    for (std::size_t n = 0; n <= N; ++n) {
+      const auto& m = r.measured.forward[n].var;
+      const auto& g = r.measured.backward[n].var;
+      INFO(k.label << " row " << n << ": forward " << r.predicted.rows[n].forward.var << " vs " << m.value << " +- "
+                   << m.std_error << ", gradient " << r.predicted.rows[n].backward.var << " vs " << g.value << " +- "
+                   << g.std_error);
+      // Forward: 4 standard errors plus 5 % (the sequence-averaged state;
+      // measured 0-4.5 %, docs/decoders.md).
+      CHECK(std::abs(r.predicted.rows[n].forward.var - m.value) <= 4 * m.std_error + 0.05 * m.value);
+      // Gradient: the averaged state misses the spread of the per-position
+      // variances that the norms divide by; the error compounds downwards,
+      // most where the blocks carry a large share of the stream (DSLM: up to
+      // 48 % low at the input of six layers, docs/decoders.md). Checked where
+      // it holds: the top two rows of every model, and every row above the
+      // input of the Xavier models.
+      if (n + 2 > N || (xavier && n >= 1))
+        CHECK(std::abs(r.predicted.rows[n].backward.var - g.value) <= 4 * g.std_error + 0.08 * g.value);
+    }
+  }
+}
