@@ -45,6 +45,22 @@ TEST_CASE("CausalAttention: uniform attention (Wq = 0) by hand", "[causal]") {
     }
     CHECK(grads[k - 1].var == Approx(dk * v * g.var * (sq + rg * pairs)).epsilon(1e-12));
   }
+  // An upstream gradient whose variance differs by position: each query's
+  // terms carry its own g_i, each pair sqrt(g_i g_m).
+  std::vector<double> gv(L);
+  for (int i = 1; i <= L; ++i) gv[i - 1] = 0.5 + 0.1 * i;
+  const auto varying = value_only.position_backward(in, gv, rg);
+  for (int k = 1; k <= L; ++k) {
+    double sq = 0, pairs = 0;
+    for (int i = k; i <= L; ++i) {
+      sq += gv[i - 1] / (i * i);
+      for (int m = k; m <= L; ++m)
+        if (m != i) pairs += std::sqrt(gv[i - 1] * gv[m - 1]) / (i * m);
+    }
+    CHECK(varying[k - 1].var == Approx(dk * v * (sq + rg * pairs)).epsilon(1e-12));
+  }
+  CHECK_THROWS_WITH(value_only.position_backward(in, std::vector<double>(3, 1.0), rg),
+                    Catch::Contains("grad_var.size() = 3"));
   // With Wq = 0 the softmax path carries nothing.
   CHECK(ca.backward(in, g).var == Approx(value_only.backward(in, g).var).epsilon(1e-12));
 }

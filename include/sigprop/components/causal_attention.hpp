@@ -128,32 +128,62 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
   /// Each position's input-gradient variance, k = 1..L (scalar T; corr_len
   /// is the sequence average of backward(); validated like backward()).
   std::vector<GradMoments<T>> position_backward(const Moments<T>& in, const GradMoments<T>& g) const {
-    require_moments(name, in);
     require_grad_moments(name, g);
+    const std::vector<T> uniform(static_cast<std::size_t>(lane(full_.seq_len(), 0)), g.var);
+    return position_backward(in, uniform, g.corr_len);
+  }
+
+  /// The same for an upstream gradient whose variance differs by position:
+  /// grad_var[i - 1] at query position i, correlation grad_corr between any
+  /// two (so the covariance of positions i, m is grad_corr sqrt(g_i g_m)).
+  /// Each query's terms carry its own g_i, each pair's sqrt(g_i g_m).
+  std::vector<GradMoments<T>> position_backward(const Moments<T>& in, const std::vector<T>& grad_var,
+                                                const T& grad_corr) const {
+    require_moments(name, in);
     static_assert(is_scalar_v<T>, "sigprop::CausalAttention: per-position results are for scalar T");
     const auto& f = profile(in);
     const std::size_t L = f.sum_sq.size();
+    if (grad_var.size() != L)
+      throw domain_error(std::string(name) + ": grad_var.size() = " + std::to_string(grad_var.size()) +
+                         " is outside the valid range {seq_len = " + std::to_string(L) + "}");
+    for (const T& v : grad_var) require_variance(name, "grad_var", v);
+    require_correlation(name, "grad_corr", grad_corr);
     const AttentionTerms<T> a = full_.terms(in);
     const SoftmaxSums<T> mean = averages(in);
-    const T corr = full_.backward_with(in, a, mean, g).corr_len;
-    const std::vector<T> tail = harmonic_tail(L);
+    T mean_grad = 0;
+    for (const T& v : grad_var) mean_grad += v / T(L);
+    const T corr = full_.backward_with(in, a, mean, {mean_grad, grad_corr}).corr_len;
+    // Suffix sums over the later queries m > i of sqrt(g_m)/m, <P>_m sqrt(g_m)/m
+    // and sqrt(g_m)/m^2 (the pair sums of the profile, weighted).
+    std::vector<T> root(L), later(L, T(0)), later_favoured(L, T(0)), later_sq(L, T(0));
+    for (std::size_t n = 0; n < L; ++n) root[n] = std::sqrt(grad_var[n]);
+    for (std::size_t n = L - 1; n-- > 0;) {
+      const T m = static_cast<T>(n + 2);
+      later[n] = later[n + 1] + root[n + 1] / m;
+      later_favoured[n] = later_favoured[n + 1] + favoured(f, n + 1) * root[n + 1] / m;
+      later_sq[n] = later_sq[n + 1] + root[n + 1] / (m * m);
+    }
     std::vector<GradMoments<T>> out(L);
     T key_sq = 0, key_jacobian = 0, key_pairs = 0, key_pairs_centred = 0;
     for (std::size_t n = L; n-- > 0;) {
-      const T i = static_cast<T>(n + 1);
-      key_sq += f.sum_sq[n] / i;
-      key_jacobian += f.jacobian[n] / i;
-      key_pairs += 2 * f.pairs[n] / i;
-      key_pairs_centred += 2 * f.pairs_centred[n] / i;
+      const T i = static_cast<T>(n + 1), gi = grad_var[n];
+      key_sq += f.sum_sq[n] * gi / i;
+      key_jacobian += f.jacobian[n] * gi / i;
+      key_pairs += 2 * f.cross[n] * root[n] * later[n] / i;
+      key_pairs_centred += 2 * f.cross[n] * root[n] *
+                           ((1 - favoured(f, n)) * later[n] - later_favoured[n] + f.cross[n] * later_sq[n]) / i;
       SoftmaxSums<T> s = query_side(f, n);
+      s.sum_sq *= gi;
+      s.shrink_sq *= gi;
+      s.jacobian *= gi;
       s.key_sq = key_sq;
       s.key_jacobian = key_jacobian;
       s.key_pairs = key_pairs;
       s.key_pairs_centred = key_pairs_centred;
-      s.shrink_cross = mean.shrink_cross;
-      s.pair_cross = mean.pair_cross;
-      s.pair_cross_centred = mean.pair_cross_centred;
-      out[n] = {full_.backward_with(in, a, s, g).var, corr};
+      s.shrink_cross = mean.shrink_cross * gi;
+      s.pair_cross = mean.pair_cross * gi;
+      s.pair_cross_centred = mean.pair_cross_centred * gi;
+      out[n] = {full_.backward_with(in, a, s, {T(1), grad_corr}).var, corr};
     }
     return out;
   }
@@ -164,6 +194,12 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     std::vector<T> tail(L, T(0));
     for (std::size_t n = L - 1; n-- > 0;) tail[n] = tail[n + 1] + T(1) / static_cast<T>(n + 2);
     return tail;
+  }
+
+  // <P>_n = E sum P^3 / E sum P^2 = (1 - J_n/S2_n + S2_n)/2 of query n + 1:
+  // the weight of the key its own weighting favours (1/n when uniform).
+  static Real favoured(const detail::CausalProfile<Real>& f, std::size_t n) {
+    return (1 - f.jacobian[n] / f.sum_sq[n] + f.sum_sq[n]) / 2;
   }
 
   // The query-side sums of query n + 1; the rest filled by the caller.
@@ -247,19 +283,17 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
       f.jacobian[n - 1] = a.weight_jacobian / keys;
       f.cross[n - 1] = a.weight_cross;
     }
-    // The pair sums over m > i from the suffix sums of 1/m, <P>_m/m and 1/m^2,
-    // with <P>_n = E sum P^3 / E sum P^2 = (1 - J_n/S2_n + S2_n)/2 (the
-    // weight of the key a query's own weighting favours; 1/n when uniform).
+    // The pair sums over m > i from the suffix sums of 1/m, <P>_m/m and 1/m^2.
     f.pairs.assign(L, Real(0));
     f.pairs_centred.assign(L, Real(0));
-    Real inv = 0, favoured = 0, inv_sq = 0;  // sums over m > i
+    Real inv = 0, favoured_sum = 0, inv_sq = 0;  // sums over m > i
     for (std::size_t n = L; n-- > 0;) {
-      const Real favoured_i = (1 - f.jacobian[n] / f.sum_sq[n] + f.sum_sq[n]) / 2;
+      const Real favoured_i = favoured(f, n);
       f.pairs[n] = f.cross[n] * inv;
-      f.pairs_centred[n] = f.cross[n] * ((1 - favoured_i) * inv - favoured + f.cross[n] * inv_sq);
+      f.pairs_centred[n] = f.cross[n] * ((1 - favoured_i) * inv - favoured_sum + f.cross[n] * inv_sq);
       const Real m = static_cast<Real>(n + 1);
       inv += 1 / m;
-      favoured += favoured_i / m;
+      favoured_sum += favoured_i / m;
       inv_sq += 1 / (m * m);
     }
     return f;
