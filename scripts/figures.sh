@@ -14,7 +14,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" --target sigprop_cli >/dev/null
 data=$(mktemp -d)
 trap 'rm -rf "$data"' EXIT
-models=("pre-ln xavier" "post-ln xavier" "pre-ln dslm" "post-ln dslm" "pre-ln dslm-simple")
+models=("pre-ln xavier" "post-ln xavier" "pre-ln dslm" "post-ln dslm" "pre-ln dslm-simple" "llama xavier" "llama dslm")
 for m in "${models[@]}"; do
   set -- $m
   "$build/cli/sigprop" table --arch "$1" --scheme "$2" --layers "$layers" --format csv > "$data/$1-$2.csv"
@@ -30,7 +30,7 @@ plot() {  # plot FILE TITLE COLUMN YLABEL LOGSCALE
 set datafile separator ','
 set terminal pngcairo size 900,560 font 'sans,11'
 set output 'docs/figures/$file'
-set title '$title ($layers layers, d = 768, 12 heads, L = 256, p = 0.1)'
+set title '$title ($layers layers, d = 768, 12 heads, L = 256)'
 set xlabel 'layer n'
 set ylabel '$ylabel'
 set key outside right
