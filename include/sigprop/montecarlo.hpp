@@ -23,6 +23,7 @@
 #include "sigprop/montecarlo/components/linear.hpp"
 #include "sigprop/montecarlo/components/relu.hpp"
 #include "sigprop/montecarlo/components/rmsnorm.hpp"
+#include "sigprop/montecarlo/components/silu.hpp"
 #include "sigprop/montecarlo/components/softmax.hpp"
 
 #include "sigprop/montecarlo/models.hpp"

@@ -18,6 +18,7 @@
 #include "sigprop/components/linear.hpp"
 #include "sigprop/components/relu.hpp"
 #include "sigprop/components/rmsnorm.hpp"
+#include "sigprop/components/silu.hpp"
 #include "sigprop/components/softmax.hpp"
 
 #include "sigprop/blocks/attention_block.hpp"

@@ -24,42 +24,54 @@
 // Evaluation. With x = mu + s z, z ~ N(0, 1), every moment is a 1-D integral
 // over z (mean, variance, E[SiLU'^2]) or an outer integral over z whose
 // integrand holds the conditional expectation over the partner
-// x2 | x1 ~ N(mu + r s z, s^2 (1 - r^2)), itself an integral (v = s^2 (1 - r^2)
-// = 0 at r = +-1 needs none). Both levels use adaptive Gauss-Kronrod
-// (boost::math::quadrature::gauss_kronrod, 31 points, relative tolerance
-// 1e-12, at most 15 bisections) on the whole line. Numerics:
+// x2 | x1 ~ N(mu + r s z, s^2 (1 - r^2)), itself a 1-D integral over
+// w ~ N(0, 1) (v = s^2 (1 - r^2) = 0 at r = +-1 needs none). Both levels use
+// adaptive Gauss-Kronrod: the 61-point rule with Boost.Math's nodes and
+// weights (boost::math::quadrature::gauss_kronrod<R, 61>, gauss<R, 30>), error
+// estimate |K61 - G30|, and QUADPACK's global bisection of the worst piece
+// (Piessens et al., QUADPACK, 1983, routine QAG) until the summed estimate is
+// below 1e-12 max(|integral|, floor), at most 64 pieces. Boost's own adaptive
+// driver is not used: its tolerance is only relative to the integral, which a
+// covariance near 0 does not have (and the error estimate it returns for a
+// single rule application is, in Boost 1.74, not scaled to the interval).
+// Numerics:
+// - Absolute floor: each integrand that can cancel gets one, the output
+//   variance for an outer covariance integral (so a correlation is accurate to
+//   1e-12 absolute), its square root for the inner ones, the rms for E[u].
 // - The forward integrands are centred and divided by s: with
 //   u(z) = (SiLU(mu + s z) - SiLU(mu)) / s and its mean m_u,
 //   mean = SiLU(mu) + s m_u, var = s^2 E[(u - m_u)^2],
-//   cov = s^2 E_z[(u(z) - m_u)(E[u(r z + sqrt(1 - r^2) w) | z] - m_u)].
-//   The difference is formed without cancellation as
-//   d sigma(mu + d) + mu (sigma(mu + d) - sigma(mu)), d = s z, with
-//   sigma(a) - sigma(b) = sinh((a - b)/2) / (2 cosh(a/2) cosh(b/2)) for
-//   |a - b| <= 1 (else from the smaller tails), so neither mu >> s nor
-//   s -> 0 cancels; what is left is the SiLU minimum (mu = -1.2785, where
-//   SiLU' = 0), at which the relative error grows like 1e-16 / s.
+//   cov = s^2 E_z[(u(z) - m_u)(E_w[u(r z + sqrt(1 - r^2) w)] - m_u)].
+//   The difference d sigma(x) + mu (sigma(x) - sigma(mu)), x = mu + d, d = s z,
+//   is formed for |d| <= 1 as sigma(x) (d (1 + B) - B (e^-d - 1 + d)),
+//   B = mu sigma(-mu), with e^-d - 1 + d from its Taylor series below 1/2, and
+//   further apart from the smaller sigmoid tails. So neither mu >> s nor
+//   s -> 0 cancels, not even at the SiLU minimum (mu = -1.27846, where
+//   1 + B = SiLU'(mu)/sigma(mu) = 0); SiLU' is rearranged the same way.
 // - sigma is evaluated as 1/(1 + e) or e/(1 + e) with e = exp(-|x|) <= 1, which
 //   neither overflows nor loses the lower tail.
-// - Boost's tolerance is relative to the integral, which a covariance near 0
-//   does not have; each integrand that can cancel gets a floor (the output
-//   variance for the outer integrals, its square root for the inner ones)
-//   added to it and subtracted from the result, so the error is 1e-12 of the
-//   floor at worst, i.e. 1e-12 absolute in a correlation.
-// - For s > 1 the sigmoid's transition (width 1 in x) is narrower than the
-//   Gaussian; each integral is then split at the kink z = -mu/s (and at 0), and
-//   the inner one at its own kink, so the bisection never has to find it.
-// Measured accuracy and cost: docs/components/silu.md (about 1e-13 in every
-// output against an independent long-double evaluation; a few milliseconds
-// per forward + backward).
+// - Range and cuts: beyond |z| = 38.6 the density underflows. The integrand's
+//   mass lies near 0 unless the SiLU argument m is negative, where it grows
+//   like e^(scale z) up to the kink z = -m/scale (SiLU's transition, width
+//   1/scale in z); the range is [-12, 12] widened by that reach, cut at 0 and,
+//   when scale > 1 (transition narrower than the Gaussian), at the kink and
+//   kink +- 40/scale (sigma(40) = 1 - 4e-18), so that no sharp feature lies
+//   inside a piece.
+// Measured (docs/components/silu.md): every output within 1e-15 of an
+// independent long-double evaluation over mu in [-30, 10], s^2 in [0.01, 1e4],
+// r in [-0.99, 0.999]; about 1 ms per forward + backward for s^2 <= 1, a few ms
+// up to s^2 = 4, about 10 ms for large variances (nested integrals, 15000 to
+// 200000 integrand evaluations per covariance).
 //
 // Limits: s = 0 gives SiLU(mu), variance 0 and, as for GeLU, the input's
-// correlations (the s -> 0 limit, where SiLU acts linearly); E[SiLU'^2] = SiLU'(mu)^2
-// and the gradient correlation r_g. The same convention applies when the
-// standardized output variance (or E[SiLU'^2]) is too small to divide by
-// (below 1e-292, e.g. mu < -350 at s = 1). s -> 0: SiLU(x) ~ SiLU(mu) +
-// SiLU'(mu)(x - mu), var -> s^2 SiLU'(mu)^2 (s^2/4 at mu = 0), corr -> r.
-// s -> inf: SiLU - ReLU is bounded, so the maps tend to ReLU's arc-cosine
-// kernel. r = 0 gives corr 0 exactly and the gradient E[SiLU']^2/E[SiLU'^2].
+// correlations (the s -> 0 limit, where SiLU acts linearly); E[SiLU'^2] =
+// SiLU'(mu)^2 and the gradient correlation r_g. The same convention applies
+// when the standardized output variance (or E[SiLU'^2]) is too small to divide
+// by (below 1e-292: mu below about -342 at s = 1). s -> 0: var ->
+// s^2 SiLU'(mu)^2 (s^2/4 at mu = 0), corr -> r (r^2 at the minimum, where
+// SiLU is locally quadratic). s -> inf: SiLU - ReLU is bounded and localized,
+// so every moment tends to ReLU's (the arc-cosine kernel at mean 0). r = 0
+// gives corr 0 exactly and the gradient r_g E[SiLU']^2/E[SiLU'^2].
 #pragma once
 
 #include <algorithm>
@@ -101,19 +113,46 @@ R silu_derivative(R x) {
   return sig.plus * (1 + x * sig.minus);
 }
 
-/// SiLU(mu + d) - SiLU(mu) = d sigma(x) + mu (sigma(x) - sigma(mu)), x = mu + d,
-/// with no cancellation in the sigmoid difference: for |d| <= 1 it is
-/// -sigma(x) sigma(-mu) expm1(-d) (exact identity, every factor accurate);
-/// further apart the difference of the smaller tails. `at_mu` is sigma at mu.
+/// e^-d - 1 + d, |d| <= 1, without the cancellation of expm1(-d) + d: below
+/// 1/2 its Taylor series (d^2/2)(1 - d/3 (1 - d/4 (1 - ... (1 - d/18)))), the
+/// first term left out below 1e-20 relative.
+template <class R>
+R silu_exp_remainder(R d) {
+  if (std::abs(d) >= R(0.5)) return std::expm1(-d) + d;
+  R t = 1;
+  for (int k = 18; k >= 3; --k) t = 1 - d / R(k) * t;
+  return d * d / 2 * t;
+}
+
+/// SiLU(mu + d) - SiLU(mu) = d sigma(x) + mu (sigma(x) - sigma(mu)), x = mu + d.
+/// For |d| <= 1, with sigma(x) - sigma(mu) = sigma(x) sigma(-mu) (1 - e^-d) and
+/// B = mu sigma(-mu), it is sigma(x) (d (1 + B) - B (e^-d - 1 + d)): the part
+/// linear in d is separate, so nothing cancels even where 1 + B = SiLU'(mu)/sigma(mu)
+/// vanishes (the SiLU minimum). Further apart, the difference of the smaller
+/// sigmoid tails. `at_mu` is sigma at mu.
 template <class R>
 R silu_difference(R mu, const SiluSigmoid<R>& at_mu, R d) {
   const R x = mu + d;
   const SiluSigmoid<R> sig(x);
-  R diff;  // sigma(x) - sigma(mu)
-  if (std::abs(d) <= 1) diff = -sig.plus * at_mu.minus * std::expm1(-d);
-  else if (mu >= 0 && x >= 0) diff = at_mu.minus - sig.minus;
-  else diff = sig.plus - at_mu.plus;
+  if (std::abs(d) <= 1) {
+    const R b = mu * at_mu.minus;
+    return sig.plus * (d * (1 + b) - b * silu_exp_remainder(d));
+  }
+  const R diff = mu >= 0 && x >= 0 ? at_mu.minus - sig.minus : sig.plus - at_mu.plus;  // sigma(x) - sigma(mu)
   return d * sig.plus + mu * diff;
+}
+
+/// SiLU'(mu + d) = sigma(x) (1 + x sigma(-x)). For |d| <= 1 the bracket is
+/// (1 + B) + d sigma(-x) - B sigma(x) (1 - e^-d), B = mu sigma(-mu), which keeps
+/// its relative accuracy where SiLU' vanishes (the minimum) as long as mu does
+/// not sit there too. `at_mu` is sigma at mu.
+template <class R>
+R silu_derivative_near(R mu, const SiluSigmoid<R>& at_mu, R d) {
+  const R x = mu + d;
+  if (std::abs(d) > 1) return silu_derivative(x);
+  const SiluSigmoid<R> sig(x);
+  const R b = mu * at_mu.minus;
+  return sig.plus * ((1 + b) + d * sig.minus + b * sig.plus * std::expm1(-d));
 }
 
 /// Moments of SiLU(mu + s z), z ~ N(0, 1), s > 0, by adaptive Gauss-Kronrod
@@ -190,7 +229,7 @@ class SiluQuadrature {
  private:
   // (SiLU(mu + s t) - SiLU(mu)) / s and SiLU'(mu + s t).
   R u(R t) const { return silu_difference(mu_, at_mu_, R(s_ * t)) / s_; }
-  R derivative(R t) const { return silu_derivative(R(mu_ + s_ * t)); }
+  R derivative(R t) const { return silu_derivative_near(mu_, at_mu_, R(s_ * t)); }
 
   // E[f(z)] over z ~ N(0, 1); SiLU's transition is at z = -mu/s, of width 1/s.
   template <class F>
@@ -205,13 +244,11 @@ class SiluQuadrature {
     return expect(f, floor, (kink_ - r * z) / c, s_ * c);
   }
 
-  // E[f(Z)], Z ~ N(0, 1), to 1e-12 max(|E f|, floor) (header comment), for f
-  // built from SiLU(m + scale Z) with kink = -m/scale. The integrand's mass
-  // lies within 2 scale of 0 when m < 0 (|f| grows at most like
-  // e^(2 scale |z|) below the kink), else near 0 (|f| grows polynomially); 12
-  // more loses e^-50 of it; 38 is where the density underflows. The range is
-  // cut at 0 and, for scale > 1, at the transition: kink and kink +- 10/scale
-  // (sigma(-10) = 4.5e-5; beyond it sigma is 1 or 0 up to an entire e^-|x|).
+  // E[f(Z)], Z ~ N(0, 1), to 1e-12 max(|E f|, floor), for f built from
+  // SiLU(m + scale Z) with kink = -m/scale (header comment). For m < 0 the
+  // integrand's peak is at most min(2 scale, max(kink, sqrt(scale kink))) from
+  // 0 (the exponential growth stops at the kink, or at kink/|r| for a partner
+  // with r < 0); 12 beyond it the Gaussian has dropped by e^-72.
   template <class F>
   static R expect(F f, R floor, R kink, R scale) {
     const auto g = [&](R z) {
@@ -228,15 +265,37 @@ class SiluQuadrature {
         for (; cuts[i - 1] > c; --i) cuts[i] = cuts[i - 1];
         cuts[i] = c;
       }
-    R value[5], error[5], total = 0;
+    // Global adaptive bisection (QUADPACK's QAG strategy): split the piece with
+    // the largest error estimate until the summed estimate is below
+    // 1e-12 max(|E f|, floor), within a budget of 64 pieces (3904 points).
+    constexpr std::size_t budget = 64;
+    R a[budget], b[budget], value[budget], error[budget];
+    std::size_t pieces = 0;
     for (std::size_t i = 0; i + 1 < n; ++i) {
-      value[i] = rule(g, cuts[i], cuts[i + 1], error[i]);
-      total += value[i];
+      a[pieces] = cuts[i];
+      b[pieces] = cuts[i + 1];
+      value[pieces] = rule(g, a[pieces], b[pieces], error[pieces]);
+      ++pieces;
     }
-    // Each piece's share of the absolute tolerance (halved at every bisection).
-    const R target = tolerance() * std::max(std::abs(total), floor) / R(n - 1);
+    while (pieces < budget) {
+      R total = 0, total_error = 0;
+      std::size_t worst = 0;
+      for (std::size_t i = 0; i < pieces; ++i) {
+        total += value[i];
+        total_error += error[i];
+        if (error[i] > error[worst]) worst = i;
+      }
+      if (total_error <= tolerance() * std::max(std::abs(total), floor)) break;
+      const R mid = a[worst] + (b[worst] - a[worst]) / 2;
+      a[pieces] = mid;
+      b[pieces] = b[worst];
+      b[worst] = mid;
+      value[worst] = rule(g, a[worst], mid, error[worst]);
+      value[pieces] = rule(g, mid, b[pieces], error[pieces]);
+      ++pieces;
+    }
     R sum = 0;
-    for (std::size_t i = 0; i + 1 < n; ++i) sum += refine(g, cuts[i], cuts[i + 1], value[i], error[i], target, 0);
+    for (std::size_t i = 0; i < pieces; ++i) sum += value[i];
     return sum;
   }
 
@@ -266,18 +325,6 @@ class SiluQuadrature {
     const R difference = std::abs(kronrod - gauss);
     error = difference > 50 * std::numeric_limits<R>::epsilon() * l1 ? half * difference : R(0);
     return half * kronrod;
-  }
-
-  // Bisection until the error estimate is below the piece's absolute share
-  // `target` or 1e-12 of its own value, at most 30 levels deep.
-  template <class G>
-  static R refine(const G& g, R a, R b, R value, R error, R target, int depth) {
-    if (depth == 30 || error <= std::max(target, tolerance() * std::abs(value))) return value;
-    const R mid = a + (b - a) / 2;
-    R error_left, error_right;
-    const R left = rule(g, a, mid, error_left), right = rule(g, mid, b, error_right);
-    return refine(g, a, mid, left, error_left, target / 2, depth + 1) +
-           refine(g, mid, b, right, error_right, target / 2, depth + 1);
   }
 
   R mu_, s_, kink_;
