@@ -231,16 +231,16 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
           cross_centred += f.pairs_centred[n];
         }
         const Real pair_cross = 2 * cross / pairs;
-        set(s.sum_sq, lane_index, sum_sq / len);
-        set(s.shrink_sq, lane_index, shrink_sq / len);
-        set(s.jacobian, lane_index, jacobian / len);
-        set(s.key_sq, lane_index, sum_sq / len);
-        set(s.key_jacobian, lane_index, jacobian / len);
-        set(s.key_pairs, lane_index, (len - 1) * pair_cross);
-        set(s.shrink_cross, lane_index, (shrink * shrink - shrink_sq) / pairs);
-        set(s.pair_cross, lane_index, pair_cross);
-        set(s.pair_cross_centred, lane_index, 2 * cross_centred / pairs);
-        set(s.key_pairs_centred, lane_index, 2 * cross_centred / len);
+        set_lane(s.sum_sq, lane_index, sum_sq / len);
+        set_lane(s.shrink_sq, lane_index, shrink_sq / len);
+        set_lane(s.jacobian, lane_index, jacobian / len);
+        set_lane(s.key_sq, lane_index, sum_sq / len);
+        set_lane(s.key_jacobian, lane_index, jacobian / len);
+        set_lane(s.key_pairs, lane_index, (len - 1) * pair_cross);
+        set_lane(s.shrink_cross, lane_index, (shrink * shrink - shrink_sq) / pairs);
+        set_lane(s.pair_cross, lane_index, pair_cross);
+        set_lane(s.pair_cross_centred, lane_index, 2 * cross_centred / pairs);
+        set_lane(s.key_pairs_centred, lane_index, 2 * cross_centred / len);
       }
       return s;
     });
@@ -299,14 +299,6 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     return f;
   }
 
-  static void set(T& x, std::size_t i, Real v) {
-    if constexpr (is_scalar_v<T>) {
-      (void)i;
-      x = v;
-    } else {
-      x(static_cast<Eigen::Index>(i)) = v;
-    }
-  }
 
   Attention<T> full_;
 };

@@ -234,14 +234,6 @@ class Gelu : public Component<Gelu<T>, T> {
       if (lane(in.mean, i) != 0) f(i, Quadrature(Real(lane(in.mean, i)), Real(lane(in.var, i))));
   }
 
-  static void set_lane(T& x, std::size_t i, Real v) {
-    if constexpr (is_scalar_v<T>) {
-      (void)i;
-      x = static_cast<T>(v);
-    } else {
-      x(static_cast<Eigen::Index>(i)) = static_cast<math::real_of<T>>(v);
-    }
-  }
 };
 
 }  // namespace sigprop

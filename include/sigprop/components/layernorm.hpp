@@ -276,8 +276,8 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
       T corr = rho, slope = rho;
       for (std::size_t i = 0; i < lane_count(rho); ++i) {
         const auto a = detail::layernorm_angle<Work>(Work(lane(d_, i)), Work(lane(rho, i)), Work(lane(c0_, i)));
-        set(corr, i, static_cast<Real>(a.corr));
-        set(slope, i, static_cast<Real>(a.slope));
+        set_lane(corr, i, static_cast<Real>(a.corr));
+        set_lane(slope, i, static_cast<Real>(a.slope));
       }
       return {corr, slope};
     } else {
@@ -303,14 +303,6 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
     }
   }
 
-  static void set(T& x, std::size_t i, Real v) {
-    if constexpr (is_scalar_v<T>) {
-      (void)i;
-      x = v;
-    } else {
-      x(static_cast<Eigen::Index>(i)) = v;
-    }
-  }
 
   T d_;
   T c0_;  // layernorm_c0(d), lane-wise

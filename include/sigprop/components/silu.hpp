@@ -390,14 +390,6 @@ class Silu : public Component<Silu<T>, T> {
   // (1e-292 in double), so its integrands are normal numbers.
   static Real tiny() { return std::numeric_limits<Real>::min() / std::numeric_limits<Real>::epsilon(); }
 
-  static void set_lane(T& x, std::size_t i, Real v) {
-    if constexpr (is_scalar_v<T>) {
-      (void)i;
-      x = static_cast<T>(v);
-    } else {
-      x(static_cast<Eigen::Index>(i)) = static_cast<math::real_of<T>>(v);
-    }
-  }
 };
 
 }  // namespace sigprop

@@ -35,4 +35,15 @@ auto lane(const T& x, std::size_t i) {
   }
 }
 
+/// Sets lane i of x to v (x itself for a scalar), converted to x's real type.
+template <class T, class V>
+void set_lane(T& x, std::size_t i, const V& v) {
+  if constexpr (is_scalar_v<T>) {
+    (void)i;
+    x = static_cast<T>(v);
+  } else {
+    x(static_cast<Eigen::Index>(i)) = static_cast<typename T::Scalar>(v);
+  }
+}
+
 }  // namespace sigprop
