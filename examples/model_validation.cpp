@@ -5,11 +5,13 @@
 // (sigprop's default) and through the value path only (the paper's B.8
 // backward, "before").
 //
-//   model_validation [--trials N] [--seed X] [--set stacks|schemes|decoders]
+//   model_validation [--trials N] [--seed X] [--set stacks|schemes|decoders] [--detail I]
 //
 // --set schemes runs montecarlo::scheme_models() instead (docs/schemes.md),
 // --set decoders montecarlo::decoder_models() (docs/decoders.md; no
-// weight-gradient norms there).
+// weight-gradient norms there). --detail I prints, for model I of the set
+// (0-based) only, every layer's predicted and measured forward and gradient
+// variance with the simulation's standard error.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,10 +28,12 @@ int main(int argc, char** argv) {
   std::size_t trials = 64;
   std::uint64_t seed = 11;
   std::string set = "stacks";
+  long detail = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--trials") trials = std::strtoul(argv[i + 1], nullptr, 10);
     else if (flag == "--seed") seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (flag == "--detail") detail = std::strtol(argv[i + 1], nullptr, 10);
     else if (flag == "--set" && (std::string(argv[i + 1]) == "stacks" || std::string(argv[i + 1]) == "schemes" ||
                                  std::string(argv[i + 1]) == "decoders"))
       set = argv[i + 1];
@@ -38,15 +42,37 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  const auto models = set == "stacks"    ? mc::validation_models()
+                      : set == "schemes" ? mc::scheme_models()
+                                         : mc::decoder_models();
+  if (detail >= 0) {
+    if (static_cast<std::size_t>(detail) >= models.size()) {
+      std::fprintf(stderr, "model_validation: error: --detail %ld is outside the valid range [0, %zu)\n", detail,
+                   models.size());
+      return 2;
+    }
+    const auto& k = models[static_cast<std::size_t>(detail)];
+    mc::SimulationSetup setup;
+    setup.trials = trials;
+    setup.seed = seed + 1 + static_cast<std::uint64_t>(detail);  // the seed the table run gives this model
+    const mc::ModelCaseResult r = mc::run_case(k, setup);
+    std::printf("%s: predicted / measured +- standard error (relative error %%)\n\n", k.label);
+    std::printf("| n | forward var | gradient var |\n|---|---|---|\n");
+    for (std::size_t n = 0; n < r.measured.backward.size(); ++n) {
+      const auto& f = r.measured.forward[n].var;
+      const auto& b = r.measured.backward[n].var;
+      const double pf = r.predicted.rows[n].forward.var, pb = r.predicted.rows[n].backward.var;
+      std::printf("| %zu | %.4g / %.4g +- %.2g (%+.2f) | %.4g / %.4g +- %.2g (%+.2f) |\n", n, pf, f.value, f.std_error,
+                  100 * (pf - f.value) / f.value, pb, b.value, b.std_error, 100 * (pb - b.value) / b.value);
+    }
+    return 0;
+  }
   std::printf("| model | forward var p50 / p90 %% | grad var p50 / p90 %%, value path only | grad var p50 / p90 %% |\n");
   std::printf("|---|---|---|---|\n");
   std::vector<double> forward, before, after;
   std::vector<std::string> weight_lines;
   std::vector<double> weight_all;
   std::vector<std::string> key_lines;
-  const auto models = set == "stacks"    ? mc::validation_models()
-                      : set == "schemes" ? mc::scheme_models()
-                                         : mc::decoder_models();
   for (const auto& k : models) {
     mc::SimulationSetup setup;
     setup.trials = trials;

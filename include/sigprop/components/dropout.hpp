@@ -17,6 +17,8 @@ template <class T = double>
 class Dropout : public Component<Dropout<T>, T> {
  public:
   static constexpr const char* name = "sigprop::Dropout";
+  static constexpr bool elementwise = true;
+  static constexpr int homogeneity = 1;
 
   explicit Dropout(T p) : p_(p) { require_probability(name, "p", p_); }
 
@@ -30,11 +32,18 @@ class Dropout : public Component<Dropout<T>, T> {
     // Cov is unchanged, so r_out = Cov / Var[y]; Var[y] = 0 only for a constant 0 input.
     out.corr_len = math::ratio_or(in.corr_len * in.var, out.var, 0);
     out.corr_dim = math::ratio_or(in.corr_dim * in.var, out.var, 0);
+    // The mask adds Var[sum m_j x_j^2/(1 - p)] = (p/(1 - p)) sum E[x_j^4], with
+    // E[x^4] = 3 E[x^2]^2 for Gaussian entries: 3p/(2(1 - p)) in units of 2 E^2/d.
+    out.norm_var_ratio = norm_var_ratio_of(in) + 3 * p_ / (2 * keep);
     return out;
   }
 
   GradMoments<T> backward_impl(const Moments<T>&, const GradMoments<T>& g) const {
-    return {g.var / (1 - p_), (1 - p_) * g.corr_len};
+    // x . g_in = y . g: the activation alignment is kept; the all-ones
+    // component of m g/(1 - p) is (1 - p) a_1 + p of isotropic.
+    GradMoments<T> out = keeping_activation_alignment(T(g.var / (1 - p_)), T((1 - p_) * g.corr_len), g);
+    out.align_mean = (1 - p_) * align_mean_of(g) + p_;
+    return out;
   }
 
  private:

@@ -186,6 +186,7 @@ template <class T = double>
 class Gelu : public Component<Gelu<T>, T> {
  public:
   static constexpr const char* name = "sigprop::Gelu";
+  static constexpr bool elementwise = true;
 
   Gelu() = default;
 
@@ -218,7 +219,7 @@ class Gelu : public Component<Gelu<T>, T> {
       // sec = 0 only for s = 0 at GeLU'(mu) = 0 or on underflow: the s -> 0 limit.
       set_lane(corr, i, sec > 0 ? quad.grad_cross(lane(in.corr_len, i)) / sec : Real(1));
     });
-    return {g.var * second, g.corr_len * corr};
+    return keeping_activation_alignment(T(g.var * second), T(g.corr_len * corr), g);
   }
 
  private:

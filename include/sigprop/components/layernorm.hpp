@@ -30,6 +30,26 @@
 //   F'(rho) = E[(k - 2 + cos^2)/(|u||u'|)] = c0 (k H0 - (k - 1) H1)  (Price's theorem:
 //   the Jacobian covariance is the slope of the forward correlation map), F'(1) = (k-1)/(k-2).
 // d <= 3 has no finite gradient variance (E[1/chi^2_2] = inf) and is rejected.
+//
+// Norm fluctuation and gradient alignment (moments.hpp). The variance above
+// is E|P g|^2/d times E[1/sd(x)^2], each taken for Gaussian inputs and an
+// isotropic g. In general:
+// * E|P g|^2 = E|g|^2 (1 - (a_1 + a_x)/d), with a_1 = align_mean and
+//   a_x = align_activation of g (the projection removes the all-ones and the
+//   input direction; isotropic g has a_1 = a_x = 1: rank d - 2);
+// * E[1/sd^2] = d E[1/Q], Q = |x_c|^2 of mean m = (d - 1) s^2 (1 - r^d) and
+//   relative variance 2 nu_r/k, k = d - 1 (nu_r = norm_var_ratio): modelled
+//   as Q ~ m chi^2_n/n with the same two moments, n = k/nu_r, so
+//   E[m/Q] = n/(n - 2) = k/(k - 2 nu_r) (Gaussian: k/(k - 2)).
+// Hence
+//   Var[g_in] = Var[g] (d - a_1 - a_x) / ((d - 1 - 2 nu_r) s^2 (1 - r^d)),
+// which is the Gaussian (d - 2)/((d - 3) ...) at a_1 = a_x = nu_r = 1. In a
+// Post-LN stack with a small branch every LayerNorm sees nu_r ~ 0 and a
+// gradient already projected by the LayerNorm above (a_1 ~ a_x ~ 0), and the
+// factor is ~d/(d - 1), not (d - 2)/(d - 3). The correlation keeps the
+// Gaussian slope ratio. Outputs: nu_r = 0 (every row has squared norm d);
+// the input gradient has a_1 = a_x = 0 (P removes both directions).
+// nu_r >= (d - 1)/2 has no finite E[1/Q] and is rejected.
 #pragma once
 
 #include <cmath>
@@ -218,6 +238,7 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
 
  public:
   static constexpr const char* name = "sigprop::LayerNorm";
+  static constexpr int homogeneity = 0;
 
   /// `d`: the number of hidden units normalized over; an integer >= 4.
   explicit LayerNorm(T d) : d_(d) {
@@ -230,11 +251,21 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
 
   const T& d() const { return d_; }
 
-  /// A constant position (zero variance, or r^d = 1) has no direction to normalize.
+  /// A constant position (zero variance, or r^d = 1) has no direction to
+  /// normalize; a norm that fluctuates too much has no finite E[1/|x_c|^2].
   void require_input(const Moments<T>& in) const {
     require_positive(name, "var", in.var);
     sigprop::detail::require(name, "corr_dim", in.corr_dim, [](double v) { return v < 1; },
                              "[-1, 1) (r^d = 1 makes every position constant)");
+    const T limit = (d_ - 1) / 2, ratio = norm_var_ratio_of(in);
+    for (std::size_t i = 0; i < lane_count(limit); ++i) {
+      const double bound = static_cast<double>(lane(limit, i));
+      const double value = static_cast<double>(lane(ratio, i));
+      if (!(value < bound))
+        sigprop::detail::raise_domain(name, "norm_var_ratio", value,
+                                      "[0, " + sigprop::detail::format_number(bound) + ") ((d - 1)/2 at d = " +
+                                          sigprop::detail::format_number(static_cast<double>(lane(d_, i))) + ")");
+    }
   }
 
   Moments<T> forward_impl(const Moments<T>& in) const {
@@ -243,15 +274,26 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
     out.var = 0 * in.mean + 1;
     out.corr_len = corr_len_map(in.corr_len);
     out.corr_dim = -1 / (d_ - 1) + 0 * in.mean;
+    out.norm_var_ratio = 0 * in.mean;
     return out;
   }
 
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
     const T centered_var = in.var * (1 - in.corr_dim);  // per-coordinate variance after centering
     const T slope_at_one = (d_ - 2) / (d_ - 3);         // F'(1) = (k - 1)/(k - 2)
+    // E|P g|^2/(d Var[g]) times d E[1/Q] (see the header comment)
+    const T aligned = align_mean_of(g) + align_activation_of(g);
+    // Two orthogonal directions hold at most all of the energy: a_1 + a_x <= d.
+    for (std::size_t i = 0; i < lane_count(aligned); ++i)
+      if (!(lane(aligned, i) <= lane(d_, i)))
+        sigprop::detail::raise_domain(name, "grad_align_mean + grad_align_activation",
+                                      static_cast<double>(lane(aligned, i)),
+                                      "[0, d] (d = " + sigprop::detail::format_number(static_cast<double>(lane(d_, i))) + ")");
     GradMoments<T> out;
-    out.var = g.var * slope_at_one / centered_var;
+    out.var = g.var * (d_ - aligned) / ((d_ - 1 - 2 * norm_var_ratio_of(in)) * centered_var);
     out.corr_len = g.corr_len * grad_corr_factor(in.corr_len) / slope_at_one;
+    out.align_activation = 0 * g.var;
+    out.align_mean = 0 * g.var;
     return out;
   }
 

@@ -30,6 +30,7 @@ template <class T = double>
 class Linear : public Component<Linear<T>, T> {
  public:
   static constexpr const char* name = "sigprop::Linear";
+  static constexpr int homogeneity = 1;
 
   /// `weight_var` is the per-entry variance of W.
   Linear(T d_in, T d_out, T weight_var) : d_in_(d_in), d_out_(d_out), weight_var_(weight_var) {
@@ -50,11 +51,21 @@ class Linear : public Component<Linear<T>, T> {
     out.var = d_in_ * weight_var_ * second;
     out.corr_len = math::ratio_or(in.corr_len * in.var + mean_sq, second, 1);
     out.corr_dim = 0 * in.mean;
+    out.norm_var_ratio = norm_var_ratio_map(in);
     return out;
   }
 
+  /// The output's norm_var_ratio (moments.hpp). Given the input, the outputs
+  /// are Gaussian with variance proportional to |x|^2, so
+  /// |y|^2 = |x|^2 chi^2_{d_out}/d_out up to scale and relative variances
+  /// compose: (1 + 2 nu_in/d_in)(1 + 2/d_out) - 1 = (2/d_out)(1 + nu_in (d_out + 2)/d_in),
+  /// read with d_out - 1 and d_in for the centred norms: 1 + nu_in (d_out + 1)/d_in.
+  T norm_var_ratio_map(const Moments<T>& in) const {
+    return 1 + norm_var_ratio_of(in) * (d_out_ + 1) / d_in_;
+  }
+
   GradMoments<T> backward_impl(const Moments<T>&, const GradMoments<T>& g) const {
-    return {d_out_ * weight_var_ * g.var, g.corr_len};
+    return keeping_activation_alignment(T(d_out_ * weight_var_ * g.var), g.corr_len, g);
   }
 
   /// E||dLoss/dW||_F^2 over `seq_len` positions for input `in` and gradient

@@ -132,6 +132,8 @@ template <class T = double>
 class Relu : public Component<Relu<T>, T> {
  public:
   static constexpr const char* name = "sigprop::Relu";
+  static constexpr bool elementwise = true;
+  static constexpr int homogeneity = 1;
 
   Relu() = default;
 
@@ -163,7 +165,7 @@ class Relu : public Component<Relu<T>, T> {
     const T a_corr = clamp_below(a);
     const T cdf_c = math::normal_cdf(a_corr);
     const detail::ReluOrthant<T> o(a_corr, cdf_c, in.corr_len);
-    return {g.var * math::normal_cdf(a), g.corr_len * o.orthant / cdf_c};
+    return keeping_activation_alignment(T(g.var * math::normal_cdf(a)), T(g.corr_len * o.orthant / cdf_c), g);
   }
 
  private:

@@ -42,6 +42,7 @@ template <class T = double>
 class RmsNorm : public Component<RmsNorm<T>, T> {
  public:
   static constexpr const char* name = "sigprop::RmsNorm";
+  static constexpr int homogeneity = 0;
 
   /// `d`: the number of hidden units normalized over, an integer >= 3;
   /// `gain`: the gain g0 > 0 every unit is multiplied by (its initial value).
@@ -72,8 +73,14 @@ class RmsNorm : public Component<RmsNorm<T>, T> {
   }
 
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
-    GradMoments<T> out = kernel_.backward_impl(in, g);  // at r^d = 0: k = d
+    // At r^d = 0 the kernel's k is d; RMSNorm does not centre, so the kernel
+    // sees the all-ones direction as isotropic (its rank d + 1 - 1 - a_x is
+    // RMSNorm's d - a_x) and the input gradient keeps g's align_mean.
+    GradMoments<T> through = g;
+    through.align_mean = 0 * g.var + 1;
+    GradMoments<T> out = kernel_.backward_impl(in, through);
     out.var = gain_ * gain_ * out.var;
+    out.align_mean = align_mean_of(g);
     return out;
   }
 

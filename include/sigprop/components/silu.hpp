@@ -338,6 +338,7 @@ template <class T = double>
 class Silu : public Component<Silu<T>, T> {
  public:
   static constexpr const char* name = "sigprop::Silu";
+  static constexpr bool elementwise = true;
 
   Silu() = default;
 
@@ -378,7 +379,7 @@ class Silu : public Component<Silu<T>, T> {
       set_lane(second, i, sec);
       set_lane(ratio, i, sec >= tiny() ? quad.grad_cross(Real(lane(in.corr_len, i)), sec) / sec : Real(1));
     }
-    return {g.var * second, g.corr_len * ratio};
+    return keeping_activation_alignment(T(g.var * second), T(g.corr_len * ratio), g);
   }
 
  private:

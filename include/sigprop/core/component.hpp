@@ -42,6 +42,12 @@ class Component {
     GradMoments<T> out = self().backward_impl(in, grad_out);
     check_result(Derived::name, "grad_var", out.var);
     check_result(Derived::name, "grad_corr_len", out.corr_len);
+    out.align_activation = align_activation_of(out);  // a batch left unset: 1 in every lane
+    out.align_mean = align_mean_of(out);
+    check_result(Derived::name, "grad_align_activation", out.align_activation);
+    check_result(Derived::name, "grad_align_mean", out.align_mean);
+    out.align_activation = math::clamp_nonnegative(out.align_activation);
+    out.align_mean = math::clamp_nonnegative(out.align_mean);
     out.corr_len = math::clamp_correlation(out.corr_len);
     return out;
   }
@@ -58,6 +64,15 @@ class Component {
   /// approximations (Attention) set it to false.
   static constexpr bool exact_forms = true;
 
+  /// The degree k of positive homogeneity, f(t x) = t^k f(x) for t > 0: 1
+  /// (Linear, ReLU, dropout), 0 (normalizations), or -1 for neither. By
+  /// Euler's theorem x . J^T g = k f(x) . g, which is how a residual sum
+  /// carries the gradient's alignment with the activation (Residual).
+  static constexpr int homogeneity = -1;
+
+  /// Whether the map acts entry by entry (its output has the input's width).
+  static constexpr bool elementwise = false;
+
   /// Extra input preconditions of a component (none by default).
   void require_input(const Moments<T>&) const {}
 
@@ -70,7 +85,10 @@ class Component {
     check_result(function, "var", out.var);
     check_result(function, "corr_len", out.corr_len);
     check_result(function, "corr_dim", out.corr_dim);
+    out.norm_var_ratio = norm_var_ratio_of(out);  // a batch left unset: 1 (Gaussian) in every lane
+    check_result(function, "norm_var_ratio", out.norm_var_ratio);
     out.var = math::clamp_nonnegative(out.var);
+    out.norm_var_ratio = math::clamp_nonnegative(out.norm_var_ratio);
     out.corr_len = math::clamp_correlation(out.corr_len);
     out.corr_dim = math::clamp_correlation(out.corr_dim);
     return out;

@@ -4,9 +4,53 @@
 // Stable", ICML 2024, section 2): an activation tensor is L x d (sequence
 // positions x hidden units); corr_len is r^l (correlation of two positions in
 // the same hidden unit), corr_dim is r^d (two hidden units of one position).
+//
+// Three further moments describe one position's vector as a whole; only the
+// normalizations' backward maps read them (docs/components/layernorm.md,
+// "Norm fluctuation and gradient alignment"), every other map keeps or
+// resets them:
+//   norm_var_ratio    Var[|x_c|^2] of the centred vector in units of its
+//                     Gaussian value 2 E[|x_c|^2]^2/(d - 1): 1 for Gaussian
+//                     entries, 0 for a normalization's output (norm sqrt(d));
+//   align_activation  E[(g . x_c/|x_c|)^2] / (E|g|^2/d), the gradient's energy
+//                     along the activation's direction: 1 for a gradient
+//                     isotropic in R^d, 0 after a normalization's backward;
+//   align_mean        E[(g . 1/sqrt(d))^2] / (E|g|^2/d) = 1 + (d - 1) Corr[g_ij, g_ik]
+//                     along the all-ones direction, 0 after LayerNorm's backward.
+// In a Post-LN stack both differ from 1 by O(1), which moves each LayerNorm's
+// gradient factor by O(1/d) and the whole stack's by O(N/d).
 #pragma once
 
+#include <type_traits>
+
+#include <Eigen/Core>
+
 namespace sigprop {
+
+namespace detail {
+
+// The default of the whole-vector moments, 1 (Gaussian, isotropic). A
+// dynamic batch cannot know its lane count here, so it starts empty, which
+// lanes_or_one() reads as 1 in every lane.
+template <class T>
+T one_by_default() {
+  if constexpr (std::is_arithmetic_v<T>) return T(1);
+  else if constexpr (T::SizeAtCompileTime == Eigen::Dynamic) return T();
+  else return T::Ones();
+}
+
+// `value`, or 1 in every lane of `like` where a batch left `value` unset (empty).
+template <class T>
+T lanes_or_one(const T& value, const T& like) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    (void)like;
+    return value;
+  } else {
+    return value.size() == like.size() ? value : T(0 * like + 1);
+  }
+}
+
+}  // namespace detail
 
 /// Forward moments of one activation entry.
 template <class T>
@@ -15,6 +59,9 @@ struct Moments {
   T var{1};       ///< Var[x]
   T corr_len{0};  ///< r^l: Corr[x_{i,j}, x_{k,j}], i != k (along sequence length)
   T corr_dim{0};  ///< r^d: Corr[x_{i,j}, x_{i,k}], j != k (along hidden dimension)
+  /// Var[|x_c|^2] / (2 E[|x_c|^2]^2 / (d - 1)) for one position's centred
+  /// vector x_c: 1 for Gaussian entries (the default), 0 after a normalization.
+  T norm_var_ratio = detail::one_by_default<T>();
 
   /// Covariance of two positions in one hidden unit: corr_len * var.
   T cov_len() const { return corr_len * var; }
@@ -22,13 +69,48 @@ struct Moments {
   T cov_dim() const { return corr_dim * var; }
 };
 
+/// m.norm_var_ratio (1 in the lanes of a batch that left it unset).
+template <class T>
+T norm_var_ratio_of(const Moments<T>& m) {
+  return detail::lanes_or_one(m.norm_var_ratio, m.var);
+}
+
 /// Backward moments of the gradient dLoss/dx (its mean is zero throughout).
 template <class T>
 struct GradMoments {
   T var{1};       ///< Var[g]
   T corr_len{0};  ///< Corr[g_{i,j}, g_{k,j}], i != k
+  /// E[(g . x_c/|x_c|)^2] / (E|g|^2/d) with x the forward activation at the
+  /// same point: 1 isotropic (the default), 0 after a normalization's backward.
+  T align_activation = detail::one_by_default<T>();
+  /// E[(g . 1/sqrt(d))^2] / (E|g|^2/d): 1 isotropic (the default), 0 after
+  /// LayerNorm's backward (its input gradient sums to zero over the units).
+  T align_mean = detail::one_by_default<T>();
 
   T cov_len() const { return corr_len * var; }
 };
+
+/// g.align_activation (1 in the lanes of a batch that left it unset).
+template <class T>
+T align_activation_of(const GradMoments<T>& g) {
+  return detail::lanes_or_one(g.align_activation, g.var);
+}
+
+/// g.align_mean (1 in the lanes of a batch that left it unset).
+template <class T>
+T align_mean_of(const GradMoments<T>& g) {
+  return detail::lanes_or_one(g.align_mean, g.var);
+}
+
+/// The input gradient {var, corr_len} of a map y = f(x) that keeps the output
+/// gradient's alignment with the activation, x . J^T g = y . g up to the norm
+/// ratio that the variances already carry (y = x W, ReLU, inverted dropout;
+/// GeLU and SiLU approximately), with an isotropic all-ones component.
+template <class T>
+GradMoments<T> keeping_activation_alignment(const T& var, const T& corr_len, const GradMoments<T>& g) {
+  GradMoments<T> out{var, corr_len};
+  out.align_activation = align_activation_of(g);
+  return out;
+}
 
 }  // namespace sigprop

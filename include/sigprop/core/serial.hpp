@@ -23,6 +23,16 @@ class Serial : public Component<Serial<T, Parts...>, T> {
   static constexpr const char* name = "sigprop::Serial";
   static constexpr std::size_t size = sizeof...(Parts);
   static constexpr bool exact_forms = (Parts::exact_forms && ...);
+  /// Degrees multiply along the chain; once a part of degree 0 has seen a
+  /// homogeneous input, the rest sees an input that does not depend on t.
+  static constexpr int homogeneity = [] {
+    int degree = 1;
+    for (int part : {Parts::homogeneity...}) {
+      if (degree == 0 || degree == -1) break;
+      degree = part == -1 ? -1 : degree * part;
+    }
+    return degree;
+  }();
 
   explicit Serial(Parts... parts) : parts_(std::move(parts)...) {}
 

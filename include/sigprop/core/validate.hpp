@@ -94,6 +94,7 @@ void require_moments(const char* function, const Moments<T>& m) {
   require_variance(function, "var", m.var);
   require_correlation(function, "corr_len", m.corr_len);
   require_correlation(function, "corr_dim", m.corr_dim);
+  require_variance(function, "norm_var_ratio", norm_var_ratio_of(m));
 }
 
 /// Gradient moments entering `function`'s backward map.
@@ -101,6 +102,8 @@ template <class T>
 void require_grad_moments(const char* function, const GradMoments<T>& g) {
   require_variance(function, "grad_var", g.var);
   require_correlation(function, "grad_corr_len", g.corr_len);
+  require_variance(function, "grad_align_activation", align_activation_of(g));
+  require_variance(function, "grad_align_mean", align_mean_of(g));
 }
 
 /// Results: every value finite (else overflow_error), correlations clamped to

@@ -398,8 +398,8 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
   const auto empty_row = [lanes](std::size_t layer) {
     BasicTraceRow<Batch> r;
     r.layer = layer;
-    r.forward = {Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes)};
-    r.backward = {Batch(lanes), Batch(lanes)};
+    r.forward = {Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes)};
+    r.backward = {Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes)};
     r.domain = {Batch(lanes), Batch(lanes), Batch(lanes)};
     r.branch_var = r.residual_share = Batch(lanes);
     return r;
@@ -414,8 +414,11 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
     put(from.forward.var, to.forward.var);
     put(from.forward.corr_len, to.forward.corr_len);
     put(from.forward.corr_dim, to.forward.corr_dim);
+    put(from.forward.norm_var_ratio, to.forward.norm_var_ratio);
     put(from.backward.var, to.backward.var);
     put(from.backward.corr_len, to.backward.corr_len);
+    put(from.backward.align_activation, to.backward.align_activation);
+    put(from.backward.align_mean, to.backward.align_mean);
     put(from.domain.score_var, to.domain.score_var);
     put(from.domain.key_weight, to.domain.key_weight);
     put(from.domain.width_term, to.domain.width_term);
@@ -433,7 +436,9 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
   s.layers = N;
   std::vector<BatchLayerWeights<BatchChunk>> layers(N);
   Moments<BatchChunk> input;
-  const GradMoments<BatchChunk> top{BatchChunk::Constant(grad_top.var), BatchChunk::Constant(grad_top.corr_len)};
+  const GradMoments<BatchChunk> top{BatchChunk::Constant(grad_top.var), BatchChunk::Constant(grad_top.corr_len),
+                                    BatchChunk::Constant(grad_top.align_activation),
+                                    BatchChunk::Constant(grad_top.align_mean)};
   for (std::size_t start = 0; start < n; start += batch_chunk) {
     const std::size_t count = std::min<std::size_t>(batch_chunk, n - start);
     for (int j = 0; j < batch_chunk; ++j) {
@@ -450,6 +455,7 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
       input.var(j) = x.var;
       input.corr_len(j) = x.corr_len;
       input.corr_dim(j) = x.corr_dim;
+      input.norm_var_ratio(j) = x.norm_var_ratio;
       for (std::size_t k = 0; k < N; ++k) {
         const LayerWeights& a = weights[i].layers[k];
         BatchLayerWeights<BatchChunk>& b = layers[k];
@@ -481,8 +487,9 @@ inline Trace lane_of(const BatchTrace& b, std::size_t i) {
     TraceRow o;
     o.layer = r.layer;
     o.forward = {lane(r.forward.mean, i), lane(r.forward.var, i), lane(r.forward.corr_len, i),
-                 lane(r.forward.corr_dim, i)};
-    o.backward = {lane(r.backward.var, i), lane(r.backward.corr_len, i)};
+                 lane(r.forward.corr_dim, i), lane(r.forward.norm_var_ratio, i)};
+    o.backward = {lane(r.backward.var, i), lane(r.backward.corr_len, i), lane(r.backward.align_activation, i),
+                  lane(r.backward.align_mean, i)};
     o.domain = lane_of(r.domain, i);
     o.branch_var = lane(r.branch_var, i);
     o.residual_share = lane(r.residual_share, i);

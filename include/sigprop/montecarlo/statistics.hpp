@@ -125,6 +125,57 @@ class MomentAccumulator {
   std::vector<detail::RawMoments> trials_;
 };
 
+/// Accumulates the whole-vector moments of core/moments.hpp over trials:
+/// norm_var_ratio of an activation and the alignments of its gradient.
+class VectorMomentAccumulator {
+ public:
+  /// Adds one trial's activation x (L x d, rows are positions) and, if
+  /// non-empty, the gradient g at the same point.
+  void add(const Eigen::MatrixXd& x, const Eigen::MatrixXd& g = {}) {
+    const double d = static_cast<double>(x.cols());
+    const Eigen::MatrixXd centred = x.colwise() - x.rowwise().mean();
+    const Eigen::VectorXd q = centred.rowwise().squaredNorm();
+    width_ = d;
+    sq_norm_.push_back(q.mean());
+    sq_norm_sq_.push_back(q.squaredNorm() / static_cast<double>(q.size()));
+    if (g.size() == 0) return;
+    // Per row: (g . x_c/|x_c|)^2, (g . 1)^2/d and |g|^2/d.
+    const Eigen::VectorXd along_x = g.cwiseProduct(centred).rowwise().sum().array().square() / q.array();
+    along_activation_.push_back(along_x.sum());
+    along_mean_.push_back(g.rowwise().sum().squaredNorm() / d);
+    energy_.push_back(g.squaredNorm() / d);
+  }
+
+  /// Var[|x_c|^2] / (2 E[|x_c|^2]^2/(d - 1)), per trial around the pooled mean.
+  Estimate norm_var_ratio() const {
+    require(!sq_norm_.empty());
+    const double m = detail::mean_estimate(sq_norm_).value;
+    std::vector<double> per_trial;
+    for (double q2 : sq_norm_sq_) per_trial.push_back((width_ - 1) / 2 * (q2 / (m * m) - 1));
+    return detail::mean_estimate(per_trial);
+  }
+
+  /// E[(g . x_c/|x_c|)^2] / (E|g|^2/d).
+  Estimate align_activation() const {
+    require(!energy_.empty());
+    return detail::ratio_estimate(along_activation_, energy_);
+  }
+
+  /// E[(g . 1)^2/d] / (E|g|^2/d).
+  Estimate align_mean() const {
+    require(!energy_.empty());
+    return detail::ratio_estimate(along_mean_, energy_);
+  }
+
+ private:
+  static void require(bool added) {
+    if (!added) throw domain_error("sigprop::montecarlo::VectorMomentAccumulator: no trials were added");
+  }
+
+  double width_ = 0;
+  std::vector<double> sq_norm_, sq_norm_sq_, along_activation_, along_mean_, energy_;
+};
+
 /// What one simulation of a component measured.
 struct SimulationResult {
   MomentEstimates forward;
