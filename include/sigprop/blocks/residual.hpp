@@ -13,6 +13,7 @@
 // backward_impl().
 #pragma once
 
+#include <array>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -82,7 +83,7 @@ class Residual : public Component<Residual<T, Branch>, T> {
   const T& branch_scale() const { return branch_scale_; }
 
   Moments<T> forward_impl(const Moments<T>& in) const {
-    return combine(in, branch_.forward(in));
+    return combine(in, branch_.forward_trusted(in));
   }
 
   /// The output given the branch output already computed (saves a pass).
@@ -106,7 +107,10 @@ class Residual : public Component<Residual<T, Branch>, T> {
 
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
     const T skip2 = skip_scale_ * skip_scale_, branch2 = branch_scale_ * branch_scale_;
-    const Moments<T> f = branch_.forward(in);
+    // The branch output is needed before the branch's backward; a chain
+    // keeps its forward states for it (one forward pass, as without the sum).
+    const auto states = forward_states(in);
+    const Moments<T>& f = states.back();
     // Alignment of g (at the sum s) with a direction at cos^2 = c to s: the
     // direction of s holds a_s of the isotropic share, the complement is
     // taken isotropic, so c a_s + (1 - c); c = a/(a + b) for the skip x,
@@ -115,7 +119,7 @@ class Residual : public Component<Residual<T, Branch>, T> {
     const T skip_share = math::ratio_or(a, a + b, 1), along_sum = align_activation_of(g);
     GradMoments<T> to_branch = g;
     to_branch.align_activation = (1 - skip_share) * along_sum + skip_share;
-    const GradMoments<T> through = branch_.backward(in, to_branch);
+    const GradMoments<T> through = branch_backward(in, states, to_branch);
     const T skip_part = skip2 * g.var, branch_part = branch2 * through.var;
     GradMoments<T> out;
     out.var = skip_part + branch_part + skip_branch_cross(g.var, along_sum, math::ratio_or(b, a + b, 0));
@@ -144,6 +148,22 @@ class Residual : public Component<Residual<T, Branch>, T> {
   }
 
  private:
+  auto forward_states(const Moments<T>& in) const {
+    if constexpr (is_serial_v<Branch>) return branch_.forward_all(in);
+    else return std::array<Moments<T>, 1>{branch_.forward_trusted(in)};
+  }
+
+  template <class States>
+  GradMoments<T> branch_backward(const Moments<T>& in, const States& states, const GradMoments<T>& g) const {
+    if constexpr (is_serial_v<Branch>) {
+      (void)in;
+      return branch_.backward_with(states, g);
+    } else {
+      (void)states;
+      return branch_.backward_trusted(in, g);
+    }
+  }
+
   // 2 lambda beta E[g_s . J_f^T g_s]/d, the covariance of the skip and branch
   // terms of the input gradient through the branch's weights. The part of
   // g_s missing along the sum's direction (1 - a_s of isotropic) meets

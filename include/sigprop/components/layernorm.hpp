@@ -258,6 +258,8 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
     sigprop::detail::require(name, "corr_dim", in.corr_dim, [](double v) { return v < 1; },
                              "[-1, 1) (r^d = 1 makes every position constant)");
     const T limit = (d_ - 1) / 2, ratio = norm_var_ratio_of(in);
+    if constexpr (!is_scalar_v<T>)
+      if ((ratio < limit).all()) return;  // batches: one vectorized pass when every lane is valid
     for (std::size_t i = 0; i < lane_count(limit); ++i) {
       const double bound = static_cast<double>(lane(limit, i));
       const double value = static_cast<double>(lane(ratio, i));
@@ -283,18 +285,24 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
     const T slope_at_one = (d_ - 2) / (d_ - 3);         // F'(1) = (k - 1)/(k - 2)
     // E|P g|^2/(d Var[g]) times d E[1/Q] (see the header comment)
     const T aligned = align_mean_of(g) + align_activation_of(g);
-    // Two orthogonal directions hold at most all of the energy: a_1 + a_x <= d.
-    for (std::size_t i = 0; i < lane_count(aligned); ++i)
-      if (!(lane(aligned, i) <= lane(d_, i)))
-        sigprop::detail::raise_domain(name, "grad_align_mean + grad_align_activation",
-                                      static_cast<double>(lane(aligned, i)),
-                                      "[0, d] (d = " + sigprop::detail::format_number(static_cast<double>(lane(d_, i))) + ")");
+    require_aligned_energy(aligned);
     GradMoments<T> out;
     out.var = g.var * (d_ - aligned) / ((d_ - 1 - 2 * norm_var_ratio_of(in)) * centered_var);
     out.corr_len = g.corr_len * grad_corr_factor(in.corr_len) / slope_at_one;
     out.align_activation = 0 * g.var;
     out.align_mean = 0 * g.var;
     return out;
+  }
+
+  /// Two orthogonal directions hold at most all of the energy: a_1 + a_x <= d.
+  void require_aligned_energy(const T& aligned) const {
+    if constexpr (!is_scalar_v<T>)
+      if ((aligned <= d_).all()) return;
+    for (std::size_t i = 0; i < lane_count(aligned); ++i)
+      if (!(lane(aligned, i) <= lane(d_, i)))
+        sigprop::detail::raise_domain(name, "grad_align_mean + grad_align_activation",
+                                      static_cast<double>(lane(aligned, i)),
+                                      "[0, d] (d = " + sigprop::detail::format_number(static_cast<double>(lane(d_, i))) + ")");
   }
 
   /// r^l_out = E[cos angle] as a function of the input length correlation.

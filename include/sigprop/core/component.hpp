@@ -30,22 +30,37 @@ class Component {
 
   Moments<T> forward(const Moments<T>& in) const {
     require_moments(Derived::name, in);
-    self().require_input(in);
-    Moments<T> out = self().forward_impl(in);
-    return checked(Derived::name, out);
+    return forward_trusted(in);
   }
 
   GradMoments<T> backward(const Moments<T>& in, const GradMoments<T>& grad_out) const {
     require_moments(Derived::name, in);
     require_grad_moments(Derived::name, grad_out);
+    return backward_trusted(in, grad_out);
+  }
+
+  /// forward() for an input that already passed require_moments or is a
+  /// checked output of another component (what compositions hand their
+  /// parts): the component's own preconditions and the result checks run,
+  /// the generic input checks are not repeated.
+  Moments<T> forward_trusted(const Moments<T>& in) const {
+    self().require_input(in);
+    Moments<T> out = self().forward_impl(in);
+    return checked(Derived::name, out);
+  }
+
+  /// backward() for inputs as in forward_trusted().
+  GradMoments<T> backward_trusted(const Moments<T>& in, const GradMoments<T>& grad_out) const {
     self().require_input(in);
     GradMoments<T> out = self().backward_impl(in, grad_out);
-    check_result(Derived::name, "grad_var", out.var);
-    check_result(Derived::name, "grad_corr_len", out.corr_len);
     out.align_activation = align_activation_of(out);  // a batch left unset: 1 in every lane
     out.align_mean = align_mean_of(out);
-    check_result(Derived::name, "grad_align_activation", out.align_activation);
-    check_result(Derived::name, "grad_align_mean", out.align_mean);
+    if (!all_finite(out.var, out.corr_len, out.align_activation, out.align_mean)) {
+      check_result(Derived::name, "grad_var", out.var);
+      check_result(Derived::name, "grad_corr_len", out.corr_len);
+      check_result(Derived::name, "grad_align_activation", out.align_activation);
+      check_result(Derived::name, "grad_align_mean", out.align_mean);
+    }
     out.align_activation = math::clamp_nonnegative(out.align_activation);
     out.align_mean = math::clamp_nonnegative(out.align_mean);
     out.corr_len = math::clamp_correlation(out.corr_len);
@@ -81,12 +96,14 @@ class Component {
 
  protected:
   static Moments<T> checked(const char* function, Moments<T> out) {
-    check_result(function, "mean", out.mean);
-    check_result(function, "var", out.var);
-    check_result(function, "corr_len", out.corr_len);
-    check_result(function, "corr_dim", out.corr_dim);
     out.norm_var_ratio = norm_var_ratio_of(out);  // a batch left unset: 1 (Gaussian) in every lane
-    check_result(function, "norm_var_ratio", out.norm_var_ratio);
+    if (!all_finite(out.mean, out.var, out.corr_len, out.corr_dim, out.norm_var_ratio)) {
+      check_result(function, "mean", out.mean);
+      check_result(function, "var", out.var);
+      check_result(function, "corr_len", out.corr_len);
+      check_result(function, "corr_dim", out.corr_dim);
+      check_result(function, "norm_var_ratio", out.norm_var_ratio);
+    }
     out.var = math::clamp_nonnegative(out.var);
     out.norm_var_ratio = math::clamp_nonnegative(out.norm_var_ratio);
     out.corr_len = math::clamp_correlation(out.corr_len);

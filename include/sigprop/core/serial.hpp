@@ -46,16 +46,15 @@ class Serial : public Component<Serial<T, Parts...>, T> {
 
   /// Input moments of every part (element I is what part I receives) and the output.
   std::array<Moments<T>, size + 1> forward_all(const Moments<T>& in) const {
-    std::array<Moments<T>, size + 1> states{};
-    states[0] = in;
-    fill_states<0>(states);
-    return states;
+    require_moments(name, in);
+    return states_of(in);
   }
 
   /// Gradient moments at the input of every part (element I is what part I
   /// hands back; element `size` is grad_out) for input `in`.
   std::array<GradMoments<T>, size + 1> backward_all(const Moments<T>& in, const GradMoments<T>& grad_out) const {
     const auto states = forward_all(in);
+    require_grad_moments(name, grad_out);
     std::array<GradMoments<T>, size + 1> grads{};
     grads[size] = grad_out;
     fill_grads<size>(states, grads);
@@ -63,28 +62,40 @@ class Serial : public Component<Serial<T, Parts...>, T> {
   }
 
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& grad_out) const {
-    const auto states = forward_all(in);
+    return backward_from<size>(states_of(in), grad_out);
+  }
+
+  /// backward() given forward_all(in) already computed (saves a forward pass).
+  GradMoments<T> backward_with(const std::array<Moments<T>, size + 1>& states, const GradMoments<T>& grad_out) const {
+    require_grad_moments(name, grad_out);
     return backward_from<size>(states, grad_out);
   }
 
   /// The worst validity measures over the parts, each at its own input.
   Domain<T> domain_impl(const Moments<T>& in) const {
     if constexpr (exact_forms) return Domain<T>::zero_like(in.var);  // no forward pass needed
-    const auto states = forward_all(in);
-    return domain_from<0>(states, Domain<T>::zero_like(in.var));
+    return domain_from<0>(states_of(in), Domain<T>::zero_like(in.var));
   }
 
  private:
+  // Every part's input for a validated `in` (parts get checked outputs).
+  std::array<Moments<T>, size + 1> states_of(const Moments<T>& in) const {
+    std::array<Moments<T>, size + 1> states{};
+    states[0] = in;
+    fill_states<0>(states);
+    return states;
+  }
+
   template <std::size_t I>
   Moments<T> forward_from(const Moments<T>& x) const {
     if constexpr (I == size) return x;
-    else return forward_from<I + 1>(std::get<I>(parts_).forward(x));
+    else return forward_from<I + 1>(std::get<I>(parts_).forward_trusted(x));
   }
 
   template <std::size_t I>
   void fill_states(std::array<Moments<T>, size + 1>& states) const {
     if constexpr (I < size) {
-      states[I + 1] = std::get<I>(parts_).forward(states[I]);
+      states[I + 1] = std::get<I>(parts_).forward_trusted(states[I]);
       fill_states<I + 1>(states);
     }
   }
@@ -98,7 +109,7 @@ class Serial : public Component<Serial<T, Parts...>, T> {
   template <std::size_t I>
   void fill_grads(const std::array<Moments<T>, size + 1>& states, std::array<GradMoments<T>, size + 1>& grads) const {
     if constexpr (I > 0) {
-      grads[I - 1] = std::get<I - 1>(parts_).backward(states[I - 1], grads[I]);
+      grads[I - 1] = std::get<I - 1>(parts_).backward_trusted(states[I - 1], grads[I]);
       fill_grads<I - 1>(states, grads);
     }
   }
@@ -108,7 +119,7 @@ class Serial : public Component<Serial<T, Parts...>, T> {
   GradMoments<T> backward_from(const std::array<Moments<T>, size + 1>& states,
                                const GradMoments<T>& g) const {
     if constexpr (I == 0) return g;
-    else return backward_from<I - 1>(states, std::get<I - 1>(parts_).backward(states[I - 1], g));
+    else return backward_from<I - 1>(states, std::get<I - 1>(parts_).backward_trusted(states[I - 1], g));
   }
 
   std::tuple<Parts...> parts_;

@@ -25,9 +25,11 @@ std::string range_text(const Range& range) {
   else return std::string(range);
 }
 
+// Out of line and marked cold: the checks below test the passing case inline
+// and call this only to find and report the failing lane.
 template <class T, class Pred, class Range>
-void require(const char* function, const char* parameter, const T& value, Pred ok,
-             const Range& range) {
+[[gnu::noinline, gnu::cold]] void require(const char* function, const char* parameter, const T& value, Pred ok,
+                                          const Range& range) {
   for (std::size_t i = 0; i < lane_count(value); ++i) {
     const double v = static_cast<double>(lane(value, i));
     if (!ok(v)) raise_domain(function, parameter, v, range_text(range));
@@ -39,8 +41,11 @@ void require(const char* function, const char* parameter, const T& value, Pred o
 /// Finite value of any sign.
 template <class T>
 void require_finite(const char* function, const char* parameter, const T& x) {
-  if constexpr (!is_scalar_v<T>)
-    if (x.isFinite().all()) return;  // batches: one vectorized pass when every lane is valid
+  if constexpr (is_scalar_v<T>) {
+    if (std::isfinite(x)) return;  // the passing case inline; the message only on failure
+  } else if (x.isFinite().all()) {
+    return;  // batches: one vectorized pass when every lane is valid
+  }
   detail::require(function, parameter, x, [](double v) { return std::isfinite(v); },
                   "(-inf, inf)");
 }
@@ -48,8 +53,11 @@ void require_finite(const char* function, const char* parameter, const T& x) {
 /// Variance: finite and >= 0.
 template <class T>
 void require_variance(const char* function, const char* parameter, const T& x) {
-  if constexpr (!is_scalar_v<T>)
-    if ((x.isFinite() && x >= 0).all()) return;
+  if constexpr (is_scalar_v<T>) {
+    if (std::isfinite(x) && x >= 0) return;
+  } else if ((x.isFinite() && x >= 0).all()) {
+    return;
+  }
   detail::require(function, parameter, x,
                   [](double v) { return std::isfinite(v) && v >= 0; }, "[0, inf)");
 }
@@ -64,8 +72,11 @@ void require_positive(const char* function, const char* parameter, const T& x) {
 /// Correlation in [-1, 1].
 template <class T>
 void require_correlation(const char* function, const char* parameter, const T& x) {
-  if constexpr (!is_scalar_v<T>)
-    if ((x >= -1 && x <= 1).all()) return;
+  if constexpr (is_scalar_v<T>) {
+    if (x >= -1 && x <= 1) return;
+  } else if ((x >= -1 && x <= 1).all()) {
+    return;
+  }
   detail::require(function, parameter, x, [](double v) { return v >= -1 && v <= 1; },
                   "[-1, 1]");
 }
@@ -106,19 +117,38 @@ void require_grad_moments(const char* function, const GradMoments<T>& g) {
   require_variance(function, "grad_align_mean", align_mean_of(g));
 }
 
+/// Whether every lane of every value is finite (one pass; the checks that
+/// name the failing value run only when this is false).
+template <class T, class... More>
+bool all_finite(const T& first, const More&... more) {
+  if constexpr (is_scalar_v<T>) return (std::isfinite(first) && ... && std::isfinite(more));
+  else return (first.isFinite() && ... && more.isFinite()).all();
+}
+
+namespace detail {
+
+template <class T>
+[[gnu::noinline, gnu::cold]] void report_non_finite(const char* function, const char* quantity, const T& x) {
+  for (std::size_t i = 0; i < lane_count(x); ++i) {
+    const double v = static_cast<double>(lane(x, i));
+    if (!std::isfinite(v))
+      raise_overflow(function, quantity, v,
+                     "the input moments are outside the range this closed form can represent");
+  }
+}
+
+}  // namespace detail
+
 /// Results: every value finite (else overflow_error), correlations clamped to
 /// [-1, 1] against rounding (a drift of more than 1e-9 is a bug and throws).
 template <class T>
 void check_result(const char* function, const char* quantity, const T& x) {
-  if constexpr (!is_scalar_v<T>)
-    if (x.isFinite().all()) return;
-  for (std::size_t i = 0; i < lane_count(x); ++i) {
-    const double v = static_cast<double>(lane(x, i));
-    if (!std::isfinite(v))
-      detail::raise_overflow(function, quantity, v,
-                             "the input moments are outside the range this closed form can "
-                             "represent");
+  if constexpr (is_scalar_v<T>) {
+    if (std::isfinite(x)) return;
+  } else if (x.isFinite().all()) {
+    return;
   }
+  detail::report_non_finite(function, quantity, x);
 }
 
 }  // namespace sigprop
