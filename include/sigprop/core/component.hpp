@@ -61,8 +61,8 @@ class Component {
       check_result(Derived::name, "grad_align_activation", out.align_activation);
       check_result(Derived::name, "grad_align_mean", out.align_mean);
     }
-    out.align_activation = math::clamp_nonnegative(out.align_activation);
-    out.align_mean = math::clamp_nonnegative(out.align_mean);
+    out.align_activation = math::nonnegative_or_zero(out.align_activation);
+    out.align_mean = math::nonnegative_or_zero(out.align_mean);
     out.corr_len = math::clamp_correlation(out.corr_len);
     return out;
   }
@@ -105,7 +105,7 @@ class Component {
       check_result(function, "norm_var_ratio", out.norm_var_ratio);
     }
     out.var = math::clamp_nonnegative(out.var);
-    out.norm_var_ratio = math::clamp_nonnegative(out.norm_var_ratio);
+    out.norm_var_ratio = math::nonnegative_or_zero(out.norm_var_ratio);
     out.corr_len = math::clamp_correlation(out.corr_len);
     out.corr_dim = math::clamp_correlation(out.corr_dim);
     return out;

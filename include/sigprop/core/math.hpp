@@ -49,6 +49,16 @@ T clamp_nonnegative(const T& x) {
   else return x.max(real_of<T>(0));
 }
 
+/// x where x > 1e-30, else 0, lane-wise: for O(1) ratios that a deep stack
+/// can shrink geometrically (a gradient's alignment), which would otherwise
+/// reach subnormal numbers, slow on every core, long before they underflow.
+template <class T>
+T nonnegative_or_zero(const T& x) {
+  constexpr real_of<T> tiny = real_of<T>(1e-30);
+  if constexpr (is_scalar_v<T>) return x > tiny ? x : T(0);
+  else return (x > tiny).select(x, real_of<T>(0));
+}
+
 /// Clamp to [-1, 1], lane-wise (guards correlations against rounding).
 template <class T>
 T clamp_correlation(const T& x) {
