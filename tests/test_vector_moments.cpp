@@ -32,6 +32,28 @@ void check_close(const char* what, const mc::Estimate& e, double predicted, doub
   CHECK(std::abs(e.value - predicted) <= allowed);
 }
 
+// One trial of x -> h = N(x) -> s = h + beta h W -> N(s) with the gradient
+// `top` at the output, backpropagated by hand: the activations and gradients.
+struct ChainTrial {
+  Matrix h, sum, grad_sum, grad_h, grad_x;
+};
+
+template <class Norm, class NormBackward>
+ChainTrial post_norm_chain(Norm norm, NormBackward norm_backward, Eigen::Index L, Eigen::Index d,
+                           const Moments<double>& x_moments, double beta, const GradMoments<double>& top,
+                           mc::Random& rng) {
+  ChainTrial t;
+  const auto n1 = norm(mc::sample_activations(L, d, x_moments, rng));
+  const Matrix w = rng.normal_matrix(d, d, 1.0 / d);
+  t.h = n1.y;
+  t.sum = t.h + beta * t.h * w;
+  const auto n2 = norm(t.sum);
+  t.grad_sum = norm_backward(n2, mc::sample_gradient(L, d, top, rng));
+  t.grad_h = t.grad_sum + beta * t.grad_sum * w.transpose();
+  t.grad_x = norm_backward(n1, t.grad_h);
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("norm_var_ratio: Linear, Dropout and a Post-LN residual sum against simulation", "[vector_moments][montecarlo]") {
@@ -114,21 +136,15 @@ TEST_CASE("LayerNorm backward in a Post-LN chain: norm fluctuation and projected
     mc::Random rng(300 + static_cast<std::uint64_t>(++seed));
     mc::MomentAccumulator grad_s, grad_h, grad_x;
     mc::VectorMomentAccumulator at_s, at_h;
+    const auto layernorm = [](const Matrix& m) { return mc::ops::layernorm_forward(m); };
+    const auto layernorm_backward = [](const auto& c, const Matrix& g) { return mc::ops::layernorm_backward(c, g); };
     for (int t = 0; t < 600; ++t) {
-      const Matrix x = mc::sample_activations(L, d, x_moments, rng);
-      const auto ln1 = mc::ops::layernorm_forward(x);
-      const Matrix w = rng.normal_matrix(d, d, 1.0 / d);
-      const Matrix sum = ln1.y + beta * ln1.y * w;
-      const auto ln2 = mc::ops::layernorm_forward(sum);
-      const Matrix g = mc::sample_gradient(L, d, top, rng);
-      const Matrix gs = mc::ops::layernorm_backward(ln2, g);
-      const Matrix gh = gs + beta * gs * w.transpose();
-      const Matrix gx = mc::ops::layernorm_backward(ln1, gh);
-      grad_s.add(gs);
-      grad_h.add(gh);
-      grad_x.add(gx);
-      at_s.add(sum, gs);
-      at_h.add(ln1.y, gh);
+      const ChainTrial c = post_norm_chain(layernorm, layernorm_backward, L, d, x_moments, beta, top, rng);
+      grad_s.add(c.grad_sum);
+      grad_h.add(c.grad_h);
+      grad_x.add(c.grad_x);
+      at_s.add(c.sum, c.grad_sum);
+      at_h.add(c.h, c.grad_h);
     }
     const auto ms = grad_s.grad_result(), mh = grad_h.grad_result(), mx = grad_x.grad_result();
     std::printf("beta^2 = %.2f: nu(s) %.4f / %.4f +- %.4f | grad at s %.5f / %.5f +- %.5f (isotropic Gaussian %.5f) | "
@@ -172,15 +188,10 @@ TEST_CASE("RmsNorm backward in a post-norm chain keeps the projected gradient", 
   const double gauss_x = RmsNorm<double>(d).backward(x_moments, g_h_iso).var;
   mc::Random rng(401);
   mc::MomentAccumulator grad_x;
-  for (int t = 0; t < 600; ++t) {
-    const Matrix x = mc::sample_activations(L, d, x_moments, rng);
-    const auto n1 = mc::ops::rmsnorm_forward(x);
-    const Matrix w = rng.normal_matrix(d, d, 1.0 / d);
-    const Matrix sum = n1.y + beta * n1.y * w;
-    const auto n2 = mc::ops::rmsnorm_forward(sum);
-    const Matrix gs = mc::ops::rmsnorm_backward(n2, mc::sample_gradient(L, d, top, rng));
-    grad_x.add(mc::ops::rmsnorm_backward(n1, gs + beta * gs * w.transpose()));
-  }
+  const auto rmsnorm = [](const Matrix& m) { return mc::ops::rmsnorm_forward(m); };
+  const auto rmsnorm_backward = [](const auto& c, const Matrix& g) { return mc::ops::rmsnorm_backward(c, g); };
+  for (int t = 0; t < 600; ++t)
+    grad_x.add(post_norm_chain(rmsnorm, rmsnorm_backward, L, d, x_moments, beta, top, rng).grad_x);
   const auto mx = grad_x.grad_result();
   std::printf("RMSNorm chain: grad at x %.5f / %.5f +- %.5f (isotropic Gaussian %.5f)\n", g_x.var, mx.var.value,
               mx.var.std_error, gauss_x);
