@@ -131,3 +131,44 @@ TEST_CASE("domain edges: NaN, +-inf, one ULP outside, the edge, one ULP inside",
     }
   }
 }
+
+#ifdef SIGPROP_SOURCE_DIR
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+namespace {
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+// Every public component and block appears in docs/domains.md's table: the
+// names listed here and every `class X : public Component<` of the headers.
+TEST_CASE("domain edges: docs/domains.md lists every public component", "[domain][docs]") {
+  namespace fs = std::filesystem;
+  const fs::path root = SIGPROP_SOURCE_DIR;
+  const std::string doc = read_text(root / "docs" / "domains.md");
+  REQUIRE(!doc.empty());
+  std::vector<std::string> names = {"Embedding", "Linear",  "Dropout",         "Relu",
+                                    "Gelu",      "Silu",    "LayerNorm",       "RmsNorm",
+                                    "Softmax",   "Attention", "CausalAttention", "Gated",
+                                    "MultiHead", "Residual"};
+  const std::regex component_class(R"(class\s+(\w+)\s*:\s*public\s+Component<)");
+  for (const char* dir : {"components", "blocks"})
+    for (const auto& entry : fs::directory_iterator(root / "include" / "sigprop" / dir)) {
+      if (entry.path().extension() != ".hpp") continue;
+      const std::string text = read_text(entry.path());
+      for (std::sregex_iterator it(text.begin(), text.end(), component_class), end; it != end; ++it)
+        names.push_back((*it)[1]);
+    }
+  for (const std::string& n : names) {
+    INFO(n);
+    CHECK(doc.find("| `" + n + "` |") != std::string::npos);
+  }
+}
+#endif
