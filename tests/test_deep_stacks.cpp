@@ -1,7 +1,8 @@
 // 10,000-layer traces under every initialization scheme (models/schemes.hpp),
 // Pre-LN and Post-LN, ReLU and GeLU, and the decoder presets llama and gpt2:
 // every layer's variances stay finite and >= 0 and every correlation stays in
-// [-1, 1] exactly (no drift past 1 from rounding). The encoder matrix (58
+// [-1, 1] exactly (no drift past 1 from rounding), and the whole-vector
+// moments (core/moments.hpp) stay finite and >= 0. The encoder matrix (64
 // traces) takes about 2 s in Release and runs by default; the decoder
 // presets take about 2 minutes (the SiLU quadrature and the causal sums per
 // layer), so their case is hidden: run it with `test_deep_stacks [deep-decoders]`.
@@ -33,7 +34,9 @@ void check_trace(const Trace& t, const std::string& what) {
     const auto& g = r.backward;
     return std::isfinite(f.mean) && std::isfinite(f.var) && f.var >= 0 &&
            f.corr_len >= -1 && f.corr_len <= 1 && f.corr_dim >= -1 && f.corr_dim <= 1 &&
-           std::isfinite(g.var) && g.var >= 0 && g.corr_len >= -1 && g.corr_len <= 1;
+           std::isfinite(g.var) && g.var >= 0 && g.corr_len >= -1 && g.corr_len <= 1 &&
+           std::isfinite(f.norm_var_ratio) && f.norm_var_ratio >= 0 && std::isfinite(g.align_activation) &&
+           g.align_activation >= 0 && std::isfinite(g.align_mean) && g.align_mean >= 0;
   };
   auto visit = [&](const TraceRow& r, const char* where) {
     if (row_ok(r)) return;
@@ -59,20 +62,26 @@ Trace deep_trace(const std::string& arch, FfnActivation act, Scheme scheme) {
   return trace(c, initialize(c, scheme));
 }
 
-// Schemes whose initialization fails on Pre-LN at any depth (see the
-// [pending] case below).
-bool pending(const std::string& arch, Scheme s) {
+}  // namespace
+
+// Post-LN schemes forced onto Pre-LN: their skip scales make the stream
+// variance grow without bound, so a 10,000-layer trace must end in a clean
+// overflow_error naming the variance, never a NaN or a result out of range.
+bool overflows(const std::string& arch, Scheme s) {
   return arch == "pre-ln" && (s == Scheme::admin || s == Scheme::admin_code || s == Scheme::deepnet);
 }
-
-}  // namespace
 
 TEST_CASE("deep stacks: 10,000 layers, every scheme, Pre-LN and Post-LN, ReLU and GeLU",
           "[deep]") {
   for (const SchemeInfo& info : schemes())
     for (const char* arch : {"pre-ln", "post-ln"})
       for (FfnActivation act : {FfnActivation::relu, FfnActivation::gelu}) {
-        if (pending(arch, info.scheme)) continue;
+        if (overflows(arch, info.scheme)) {
+          INFO(info.name << " " << arch);
+          CHECK_THROWS_WITH(deep_trace(arch, act, info.scheme),
+                            Catch::Contains("var = inf overflows") && !Catch::Contains("nan"));
+          continue;
+        }
         const std::string what =
             std::string(info.name) + " " + arch + " " + to_string(act);
         check_trace(deep_trace(arch, act, info.scheme), what);
@@ -86,20 +95,4 @@ TEST_CASE("deep stacks: 10,000 layers of the decoder presets llama and gpt2",
       const std::string what = std::string(arch) + " " + to_string(s);
       check_trace(deep_trace(arch, FfnActivation::gelu, s), what);
     }
-}
-
-// Admin, Admin (code) and DeepNet forced onto Pre-LN: the trace throws
-// "sigprop::Serial: norm_var_ratio = nan" from inside the stack, i.e. a NaN
-// is produced internally rather than a domain error naming the caller.
-// Hidden until fixed: run it with `test_deep_stacks [pending]`.
-TEST_CASE("deep stacks: Post-LN schemes forced onto Pre-LN give a trace or a domain error "
-          "naming the scheme", "[.][pending]") {
-  for (Scheme s : {Scheme::admin, Scheme::admin_code, Scheme::deepnet}) {
-    INFO(to_string(s));
-    try {
-      check_trace(deep_trace("pre-ln", FfnActivation::relu, s), to_string(s));
-    } catch (const domain_error& e) {
-      CHECK(std::string(e.what()).find("nan") == std::string::npos);
-    }
-  }
 }

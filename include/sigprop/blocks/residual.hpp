@@ -83,11 +83,17 @@ class Residual : public Component<Residual<T, Branch>, T> {
   const T& branch_scale() const { return branch_scale_; }
 
   Moments<T> forward_impl(const Moments<T>& in) const {
-    return combine(in, branch_.forward_trusted(in));
+    return sum_of(in, branch_.forward_trusted(in));
   }
 
-  /// The output given the branch output already computed (saves a pass).
+  /// The output given the branch output already computed (saves a pass);
+  /// checked like forward() (a sum that overflows throws overflow_error).
   Moments<T> combine(const Moments<T>& in, const Moments<T>& branch_out) const {
+    return this->checked(name, sum_of(in, branch_out));
+  }
+
+ private:
+  Moments<T> sum_of(const Moments<T>& in, const Moments<T>& branch_out) const {
     const T skip2 = skip_scale_ * skip_scale_, branch2 = branch_scale_ * branch_scale_;
     Moments<T> out;
     out.mean = skip_scale_ * in.mean + branch_scale_ * branch_out.mean;
@@ -97,11 +103,15 @@ class Residual : public Component<Residual<T, Branch>, T> {
     // |x + f|^2 = |x|^2 + |f|^2 + 2 x.f with x.f of variance a b (d - 1) (f
     // ends in a fresh weight matrix), so in units of 2 (a + b)^2/(d - 1)
     //   nu_out = (nu_x a^2 + nu_f b^2 + 2 a b) / (a + b)^2   (= 1 for two Gaussians).
+    // In terms of the branch share t = b/(a + b), which cannot overflow:
+    //   nu_out = nu_x (1 - t)^2 + nu_f t^2 + 2 t (1 - t).
     const auto [a, b] = centred_energies(in, branch_out);
-    out.norm_var_ratio = math::ratio_or(
-        norm_var_ratio_of(in) * a * a + norm_var_ratio_of(branch_out) * b * b + 2 * a * b, (a + b) * (a + b), 1);
+    const T t = math::ratio_or(b, a + b, 0);
+    out.norm_var_ratio = norm_var_ratio_of(in) * (1 - t) * (1 - t) + norm_var_ratio_of(branch_out) * t * t + 2 * t * (1 - t);
     return out;
   }
+
+ public:
 
   Domain<T> domain_impl(const Moments<T>& in) const { return branch_.domain(in); }
 
@@ -133,9 +143,9 @@ class Residual : public Component<Residual<T, Branch>, T> {
     // otherwise the two terms are taken uncorrelated.
     const T x_second = in.var + in.mean * in.mean;
     if constexpr (Branch::homogeneity == 1) {
-      const Moments<T> s = combine(in, f);
-      out.align_activation =
-          math::ratio_or(along_sum * (s.var + s.mean * s.mean) * g.var, x_second * out.var, 1);
+      const Moments<T> s = sum_of(in, f);
+      out.align_activation = along_sum * math::ratio_or(T(s.var + s.mean * s.mean), x_second, 1) *
+                             math::ratio_or(g.var, out.var, 1);
     } else {
       const T skip_align = skip_share * along_sum + 1 - skip_share;
       if constexpr (Branch::homogeneity == 0)
