@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -31,12 +32,13 @@ namespace detail {
 inline std::string format_number(double x) {
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  // Shortest of 15 or 17 significant digits that reads back as x.
+  // Shortest of 15 or 17 significant digits that reads back as x. strtod,
+  // not std::stod: stod throws std::out_of_range on subnormals (ERANGE).
   for (int digits : {15, 17}) {
     std::ostringstream s;
     s.precision(digits);
     s << x;
-    if (digits == 17 || std::stod(s.str()) == x) return s.str();
+    if (digits == 17 || std::strtod(s.str().c_str(), nullptr) == x) return s.str();
   }
   return {};
 }
