@@ -55,6 +55,24 @@ inline std::string with_flag_names(std::string message) {
   return message;
 }
 
+// The error is one line on stderr even when it quotes an argument holding
+// a newline or another control character: those are printed escaped (\n, \xHH).
+inline std::string one_line(const std::string& message) {
+  std::string line;
+  for (const char c : message) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      line += "\\n";
+    } else if (u < 0x20 || u == 0x7f) {
+      const char* hex = "0123456789abcdef";
+      line += {'\\', 'x', hex[u >> 4], hex[u & 15]};
+    } else {
+      line += c;
+    }
+  }
+  return line;
+}
+
 }  // namespace detail
 
 /// The whole tool. `args` excludes the program name.
@@ -66,9 +84,11 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
   };
   std::ostringstream buffer, warnings;  // nothing is printed unless the command succeeds
   try {
-    if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    // No command is bad usage: status 2, one line on stderr, nothing on stdout.
+    if (args.empty()) throw usage_error("missing command (see sigprop --help)");
+    if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
       usage(out);
-      return args.empty() ? 2 : 0;
+      return 0;
     }
     if (args[0] == "--version") {
       out << "sigprop " << version << "\n";
@@ -101,13 +121,13 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     out << buffer.str();
     return status;
   } catch (const usage_error& e) {
-    err << "sigprop: error: " << e.what() << "\n";
+    err << "sigprop: error: " << detail::one_line(e.what()) << "\n";
     return 2;
   } catch (const sigprop::domain_error& e) {
-    err << "sigprop: error: " << detail::with_flag_names(e.what()) << "\n";
+    err << "sigprop: error: " << detail::one_line(detail::with_flag_names(e.what())) << "\n";
     return 2;
   } catch (const sigprop::overflow_error& e) {
-    err << "sigprop: error: " << e.what() << "\n";
+    err << "sigprop: error: " << detail::one_line(e.what()) << "\n";
     return 2;
   }
 }
