@@ -381,7 +381,9 @@ class Attention : public Component<Attention<T>, T> {
   PathMoments value_output_of(const SoftmaxSums<T>& s, const GradMoments<T>& g) const {
     const T& L = seq_len_;
     const T r_g = feasible_corr(g.corr_len);
-    const T var = g.var * (s.key_sq / (1 - p_) + r_g * s.key_pairs);
+    // At r_g = -1/(L - 1) with near-uniform attention the sum cancels to 0
+    // (key_pairs = (L - 1) key_sq) and rounding may leave it slightly negative.
+    const T var = g.var * math::clamp_nonnegative(T(s.key_sq / (1 - p_) + r_g * s.key_pairs));
     const T cov = g.var * ((1 - s.sum_sq) / (L - 1) + r_g * (1 - s.key_pairs / (L - 1)));
     return {var, cov};
   }
