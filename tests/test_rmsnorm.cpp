@@ -376,6 +376,19 @@ TEST_CASE("RmsNorm: bad parameters and inputs throw with the parameter and range
   CHECK_THROWS_WITH(RmsNorm<double>(8, -1), Catch::Contains("gain = -1") && Catch::Contains("(0, inf)"));
   CHECK_THROWS_AS(RmsNorm<double>(8, std::nan("")), sigprop::domain_error);
   CHECK_THROWS_AS(RmsNorm<double>(8, INFINITY), sigprop::domain_error);
+  {
+    // E[1/|x|^2] is finite only for norm_var_ratio < d/2 (the kernel LayerNorm(d + 1)'s (d' - 1)/2).
+    const RmsNorm<double> small(4);
+    Moments<double> x{0, 1, 0.5, 0};
+    x.norm_var_ratio = 2;  // the edge d/2
+    CHECK_THROWS_WITH(small.backward(x, {1, 0.5}), Catch::Contains("sigprop::RmsNorm: norm_var_ratio = 2") &&
+                                                      Catch::Contains("[0, 2) (d/2 at d = 4)"));
+    CHECK_THROWS_AS(small.forward(x), sigprop::domain_error);
+    x.norm_var_ratio = std::nextafter(2.0, 0.0);  // one ULP inside: finite, positive, large
+    const GradMoments<double> g = small.backward(x, {1, 0.5});
+    CHECK(std::isfinite(g.var));
+    CHECK(g.var > 1e14);
+  }
   const RmsNorm<double> rms(8);
   // (Catch's composed matchers refer to their parts, so they are spelled out per check.)
 #define SIGPROP_OUTSIDE_ZERO(what)                                                                      \

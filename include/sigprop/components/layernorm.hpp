@@ -228,6 +228,27 @@ HalfHalfPair<T> half_half_series_lanes(const T& alpha, const T& x, const T& y) {
   throw overflow_error("sigprop::LayerNorm: the hypergeometric series did not converge in a batch");
 }
 
+/// E[1/|x_c|^2] is finite only while the norm's relative fluctuation stays
+/// below its geometry's: norm_var_ratio < k/2 over a k-dimensional subspace
+/// (k = d - 1 for LayerNorm, d for RMSNorm). `component` names the caller;
+/// `d` and `limit_text` (the limit as a formula in d) go into the message.
+template <class T>
+void require_norm_var_ratio(const char* component, const T& ratio, const T& d, const T& k,
+                            const char* limit_text) {
+  const T limit = k / 2;
+  if constexpr (!is_scalar_v<T>)
+    if ((ratio < limit).all()) return;  // batches: one vectorized pass when every lane is valid
+  for (std::size_t i = 0; i < lane_count(limit); ++i) {
+    const double bound = static_cast<double>(lane(limit, i));
+    const double value = static_cast<double>(lane(ratio, i));
+    const double width = static_cast<double>(lane(d, i));
+    if (!(value < bound))
+      sigprop::detail::raise_domain(component, "norm_var_ratio", value,
+                                    "[0, " + sigprop::detail::format_number(bound) + ") (" + limit_text +
+                                        " at d = " + sigprop::detail::format_number(width) + ")");
+  }
+}
+
 }  // namespace detail
 
 template <class T = double>
@@ -257,17 +278,7 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
     require_positive(name, "var", in.var);
     sigprop::detail::require(name, "corr_dim", in.corr_dim, [](double v) { return v < 1; },
                              "[-1, 1) (r^d = 1 makes every position constant)");
-    const T limit = (d_ - 1) / 2, ratio = norm_var_ratio_of(in);
-    if constexpr (!is_scalar_v<T>)
-      if ((ratio < limit).all()) return;  // batches: one vectorized pass when every lane is valid
-    for (std::size_t i = 0; i < lane_count(limit); ++i) {
-      const double bound = static_cast<double>(lane(limit, i));
-      const double value = static_cast<double>(lane(ratio, i));
-      if (!(value < bound))
-        sigprop::detail::raise_domain(name, "norm_var_ratio", value,
-                                      "[0, " + sigprop::detail::format_number(bound) + ") ((d - 1)/2 at d = " +
-                                          sigprop::detail::format_number(static_cast<double>(lane(d_, i))) + ")");
-    }
+    detail::require_norm_var_ratio(name, norm_var_ratio_of(in), d_, T(d_ - 1), "(d - 1)/2");
   }
 
   Moments<T> forward_impl(const Moments<T>& in) const {
