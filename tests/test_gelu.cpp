@@ -117,6 +117,48 @@ TEST_CASE("Gelu: closed forms and quadrature agree with 2-D quadrature of the de
       }
 }
 
+TEST_CASE("Gelu: the small-variance Hermite series agrees with the quadrature", "[gelu]") {
+  // Both in long double on the series' whole range (var <= 1/16) and beyond the
+  // quadrature's tolerance 1e-12 only by its own error: measured 2.2e-16
+  // relative to the variance (forward) or E[GeLU'^2] (backward); 1e-13 is the
+  // quadrature's documented accuracy.
+  using Series = sigprop::detail::GeluHermiteSeries<long double>;
+  using Quadrature = sigprop::detail::GeluQuadrature<long double>;
+  for (double var : {1e-4, 1e-2, 0.0625})
+    for (double mu : {-30.0, -3.0, -0.7518, -0.3, 0.01, 0.5, 2.0, 8.0, 40.0}) {
+      const Series series(mu, var);
+      const Quadrature quad(mu, var);
+      const long double v = quad.var(), second = quad.grad_second();
+      INFO("var = " << var << ", mu = " << mu);
+      REQUIRE(v > 0);
+      CHECK(double(std::abs(series.var() - v) / v) < 1e-13);
+      CHECK(double(std::abs(series.grad_second() - second) / second) < 1e-13);
+      for (double r : {-0.9, 0.0, 0.5, 0.99}) {
+        INFO("r = " << r);
+        CHECK(double(std::abs(series.cov(r) - quad.cov(r)) / v) < 1e-13);
+        CHECK(double(std::abs(series.grad_cross(r) - quad.grad_cross(r)) / second) < 1e-13);
+      }
+    }
+}
+
+TEST_CASE("Gelu: a nearly constant input is a linear map, at full precision", "[gelu]") {
+  // s -> 0: GeLU acts as x -> GeLU(mu) + GeLU'(mu) (x - mu), so
+  // Var = GeLU'(mu)^2 s^2 (1 + O(s^2)), r_out = r + O(s^2), E[GeLU'^2] = GeLU'(mu)^2.
+  const Gelu<double> layer;
+  for (double mu : {-1.0, 0.5, 3.0})
+    for (double var : {1e-20, 1e-12}) {
+      const double slope = std::erfc(-mu / std::sqrt(2.0)) / 2 + mu * phi(mu);  // GeLU'(mu)
+      const auto out = layer.forward({mu, var, 0.5, -0.2});
+      const auto g = layer.backward({mu, var, 0.5, -0.2}, {1, 0.3});
+      INFO("mu = " << mu << ", var = " << var);
+      CHECK(out.var == Approx(slope * slope * var).epsilon(1e-10));
+      CHECK(out.corr_len == Approx(0.5).epsilon(1e-10));
+      CHECK(out.corr_dim == Approx(-0.2).epsilon(1e-10));
+      CHECK(g.var == Approx(slope * slope).epsilon(1e-10));
+      CHECK(g.corr_len == Approx(0.3).epsilon(1e-10));
+    }
+}
+
 TEST_CASE("Gelu: the nonzero-mean quadrature joins the closed forms at mean 0", "[gelu]") {
   // mean = 1e-300 takes the quadrature path (tolerance 1e-12), mean = 0 the closed forms.
   const Gelu<double> layer;
