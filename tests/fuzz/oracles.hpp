@@ -4,7 +4,7 @@
 // (tests/test_fuzz_replay.cpp; any compiler). One decoder and one oracle, so
 // that a replayed input is checked exactly as the fuzzer checked it.
 //
-// Oracles (issue 8, item 4):
+// Oracles (docs/fuzzing.md):
 //  - CLI: exit status 0 or 2; on 2 nothing on stdout and exactly one line on
 //    stderr, starting "sigprop: error:"; on 0 something on stdout, every stderr
 //    line a "sigprop: warning:", and no "nan" printed.

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Sanitized test run: builds the fast part of the unit tests with clang++ and
+# AddressSanitizer + UndefinedBehaviorSanitizer (every report fatal) and runs
+# them. Called by .ci/run after the README's test command.
+#   bash scripts/sanitize.sh
+# Build directory: build-asan (override with SIGPROP_SANITIZE_BUILD_DIR). The
+# tests run: SIGPROP_SANITIZE_TESTS, an extended regular expression over the
+# test names (default: the fast subset chosen by measurement in
+# docs/fuzzing.md; '.*' for all of them). Missing Debian packages are
+# installed first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The fast subset (docs/fuzzing.md, "Sanitized tests"): every test whose
+# sanitized build and run together take seconds, not minutes.
+default_tests='^test_(batch|causal_attention|cli|decoders|domain_edges|embedding|fuzz_replay|math|reproductions|schemes|softmax_concentration|vector_moments)$'
+tests=${SIGPROP_SANITIZE_TESTS:-$default_tests}
+
+packages=(cmake make clang libclang-rt-14-dev libeigen3-dev libboost-dev catch2)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+build=${SIGPROP_SANITIZE_BUILD_DIR:-build-asan}
+jobs=$(nproc 2>/dev/null || echo 2)
+flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g"
+cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None -DSIGPROP_WERROR=ON \
+  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+  -DSIGPROP_BUILD_TESTS=ON -DSIGPROP_BUILD_EXAMPLES=OFF -DSIGPROP_INSTALL=OFF >/dev/null
+
+targets=()
+for source in tests/test_*.cpp; do
+  name=$(basename "$source" .cpp)
+  if [[ $name =~ $tests ]]; then targets+=("$name"); fi
+done
+if [ ${#targets[@]} -eq 0 ]; then
+  echo "sanitize.sh: no test matches '$tests'" >&2
+  exit 2
+fi
+echo "sanitized build of ${#targets[@]} tests: ${targets[*]}"
+cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+ctest --test-dir "$build" -j "$jobs" --output-on-failure -R "$(IFS='|'; echo "^(${targets[*]})\$")"
