@@ -126,6 +126,37 @@ T relu_standardized_cov(const T& a, const T& cdf, const T& sf, const T& pdf, con
          pdf * pdf;
 }
 
+/// 1 - r_out of the mean-zero map from delta = 1 - r, without cancellation
+/// near r = 1 (where r_out = 1 - delta + O(delta^(3/2)) and subtracting
+/// r_out from 1 would keep eps/delta of relative accuracy). With
+/// u = sqrt(delta/2), r = 1 - 2u^2, acos r = 2 asin u and
+/// sqrt(1 - r^2) = 2u sqrt(1 - u^2), the header's map gives
+///   (pi - 1)(1 - r_out) = pi delta - sqrt(1 - r^2) + r acos r
+///                       = 4u^2 acos u + 2 g(u),  g(u) = asin u - u sqrt(1 - u^2),
+/// a sum of non-negative terms. g is summed from its Taylor series for
+/// u <= 1/2, g(u) = sum_n 2 binom(2n, n) u^(2n+3)/(4^n (2n + 3)) (integrate
+/// g'(u) = 2u^2/sqrt(1 - u^2) term by term; ratio of terms <= u^2 <= 1/4).
+template <class Real>
+Real relu_corr_complement_zero_mean(Real delta) {
+  const Real u = std::sqrt(delta / 2), u2 = u * u;
+  Real g;
+  if (u <= Real(0.5)) {
+    Real coefficient = 2, power = u2 * u, sum = 0;  // 2 binom(2n, n)/4^n, u^(2n+3)
+    for (int n = 0; n < 40; ++n) {
+      const Real term = coefficient * power / (2 * n + 3);
+      sum += term;
+      if (term <= std::numeric_limits<Real>::epsilon() / 4 * sum) break;
+      coefficient *= Real(2 * n + 1) / Real(2 * n + 2);
+      power *= u2;
+    }
+    g = sum;
+  } else {
+    g = std::asin(u) - u * std::sqrt((1 - u) * (1 + u));
+  }
+  const Real pi = boost::math::constants::pi<Real>();
+  return (4 * u2 * std::acos(u) + 2 * g) / (pi - 1);
+}
+
 }  // namespace detail
 
 template <class T = double>
@@ -157,6 +188,16 @@ class Relu : public Component<Relu<T>, T> {
     out.corr_len = detail::relu_standardized_cov(a_corr, cdf_c, sf_c, pdf_c, in.corr_len) / var_corr;
     out.corr_dim = detail::relu_standardized_cov(a_corr, cdf_c, sf_c, pdf_c, in.corr_dim) / var_corr;
     return out;
+  }
+
+  /// 1 - r_out for a mean-zero input, from one_minus_corr = 1 - r in [0, 2]:
+  /// accurate to a few eps relative where 1 - forward(...).corr_len keeps
+  /// only eps/(1 - r) (detail::relu_corr_complement_zero_mean; docs/accuracy.md).
+  static T corr_complement(const T& one_minus_corr) {
+    using Real = math::real_of<T>;
+    sigprop::detail::require(name, "one_minus_corr", one_minus_corr, [](double v) { return v >= 0 && v <= 2; },
+                             "[0, 2] (1 - r for a correlation r in [-1, 1])");
+    return math::map_lanes(one_minus_corr, [](Real delta) { return detail::relu_corr_complement_zero_mean(delta); });
   }
 
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
