@@ -271,3 +271,51 @@ TEST_CASE("Relu::corr_complement: 1 - r_out to a few eps near r = 1", "[referenc
   const double pi = boost::math::constants::pi<double>();
   CHECK(sigprop::Relu<double>::corr_complement(2) == Approx(pi / (pi - 1)).epsilon(1e-15));  // r = -1: r_out = -1/(pi - 1)
 }
+
+TEST_CASE("Gelu::corr_complement: 1 - r_out to a few eps near r = 1", "[reference50][report]") {
+  // As for ReLU, at mean 0 and q in {0.1, 1, 1.618 (where the B term's two
+  // parts cancel to first order), 10, 1000}; also 1 - r in (1, 2] (r < 0).
+  // Peak and RMS printed over q <= 10 (the target), the q = 1000 peak apart.
+  const sigprop::Gelu<double> gelu;
+  double peak = 0, naive_peak = 0, sum_sq = 0, large_q_peak = 0;
+  std::size_t n = 0;
+  for (double q : {0.1, 1.0, 1.618, 10.0, 1000.0}) {
+    std::vector<double> deltas;
+    for (int k = 1; k <= 52; ++k) {
+      deltas.push_back(std::ldexp(1.0, -k));
+      if (k >= 2) deltas.push_back(3 * std::ldexp(1.0, -k));
+    }
+    for (double x : {1.25, 1.5, 1.75, 2.0}) deltas.push_back(x);
+    for (double delta : deltas) {
+      const Big ref = 1 - gelu_cov(Big(q), 1 - Big(delta)) / gelu_var(Big(q));
+      const double ours = sigprop::Gelu<double>::corr_complement(q, delta);
+      const double naive = 1 - gelu.forward(Moments<double>{0, q, 1 - delta, 0}).corr_len;
+      const double err = static_cast<double>(abs((Big(ours) - ref) / ref)) / eps;
+      INFO("q = " << q << ", delta = " << delta << ": " << err << " eps");
+      // Known gap: at large q the A and B terms are each ~sqrt(q) times the
+      // result and cancel (measured 15.3 eps at q = 1000).
+      CHECK(err <= (q <= 10 ? 4 : 20));
+      if (q > 10) {
+        large_q_peak = std::max(large_q_peak, err);
+        continue;
+      }
+      peak = std::max(peak, err);
+      naive_peak = std::max(naive_peak, static_cast<double>(abs((Big(naive) - ref) / ref)) / eps);
+      sum_sq += err * err;
+      ++n;
+    }
+  }
+  std::printf("| Gelu corr_complement, mean 0 (q in {0.1, 1, 1.618, 10}) | %zu | peak %.2f eps | RMS %.2f eps | "
+              "1 - r_out by subtraction: peak %.3g eps |\n",
+              n, peak, std::sqrt(sum_sq / static_cast<double>(n)), naive_peak);
+  std::printf("| Gelu corr_complement, mean 0 (q = 1000) | %zu | peak %.2f eps | | |\n", n / 4, large_q_peak);
+  CHECK_THROWS_WITH(sigprop::Gelu<double>::corr_complement(1, 2.5),
+                    Catch::Contains("sigprop::Gelu: one_minus_corr = 2.5") && Catch::Contains("[0, 2]"));
+  CHECK_THROWS_WITH(sigprop::Gelu<double>::corr_complement(0, 0.5), Catch::Contains("sigprop::Gelu: var = 0"));
+  CHECK(sigprop::Gelu<double>::corr_complement(1, 0) == 0);
+  const Eigen::ArrayXd q = (Eigen::ArrayXd(3) << 0.5, 2.0, 8.0).finished();
+  const Eigen::ArrayXd delta = (Eigen::ArrayXd(3) << 1e-12, 0.3, 1.9).finished();
+  const Eigen::ArrayXd batch = sigprop::Gelu<Eigen::ArrayXd>::corr_complement(q, delta);
+  for (Eigen::Index i = 0; i < q.size(); ++i)
+    CHECK(batch(i) == Approx(sigprop::Gelu<double>::corr_complement(q(i), delta(i))).epsilon(1e-14));
+}

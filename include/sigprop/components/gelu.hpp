@@ -75,6 +75,34 @@ struct GeluZeroMean {
     return (math::pi<T>() * r + 2 * r * math::asin(T(r * a)) + 2 * a * inner / sqrt_d - 2 * a) /
            (4 * math::pi<T>());
   }
+  /// 1 - r_out = (Var - Cov(r))/Var from delta = 1 - r, without the
+  /// subtraction's eps/delta loss near r = 1. With a = q/(1 + q),
+  ///   4 pi (Var - Cov(r))/q = pi delta + 2 A + 2 a B,
+  ///   A = asin a - r asin(r a) = asin(a delta (1 + r)/(sqrt(1 - r^2 a^2) + r sqrt(1 - a^2))) + delta asin(r a)
+  ///       (asin x - asin y = asin((x^2 - y^2)/(x sqrt(1 - y^2) + y sqrt(1 - x^2))), for r >= 0),
+  ///   B = 2/sqrt(1 + 2q) - (q(1 - r^2) + 1 + r^2)/sqrt(D)
+  ///     = (2 (1 - 1/t) - (q - 1) delta (2 - delta)/t)/sqrt(1 + 2q),
+  ///       t = sqrt(1 + e), e = delta q^2 (2 - delta)/(1 + 2q)  (D = (1 + 2q)(1 + e)),
+  ///       1 - 1/t = e/(t (1 + t)).
+  /// For r < 0 nothing cancels and A is taken as written.
+  static T corr_complement(const T& q, const T& delta) {
+    using std::sqrt;
+    const T a = q / (1 + q), r = 1 - delta, ra = r * a;
+    const T one_minus_a = 1 / (1 + q);
+    const T sqrt_1_ra2 = sqrt(T((one_minus_a + a * delta) * (1 + ra)));  // sqrt(1 - r^2 a^2)
+    const T sqrt_1_a2 = sqrt(T(one_minus_a * (1 + a)));                   // sqrt(1 - a^2)
+    const T close = math::asin(T(math::clamp_correlation(
+                        T(a * delta * (1 + r) / math::max_of(T(sqrt_1_ra2 + r * sqrt_1_a2), T(0 * q + 1e-300)))))) +
+                    delta * math::asin(ra);
+    const T far = math::asin(a) - r * math::asin(ra);
+    T big_a;
+    if constexpr (is_scalar_v<T>) big_a = r >= 0 ? close : far;
+    else big_a = (r >= 0).select(close, far);
+    const T e = delta * q * q * (2 - delta) / (1 + 2 * q);
+    const T t = sqrt(T(1 + e));
+    const T big_b = (2 * e / (t * (1 + t)) - (q - 1) * delta * (2 - delta) / t) / sqrt(T(1 + 2 * q));
+    return (math::pi<T>() * delta + 2 * big_a + 2 * a * big_b) / (4 * math::pi<T>() * var_per_q(q));
+  }
   /// E[GeLU'(x1) GeLU'(x2)] for correlation r (r = 1: E[GeLU'(x)^2]).
   static T grad_cross(const T& q, const T& r) {
     using std::sqrt;
@@ -280,6 +308,16 @@ class Gelu : public Component<Gelu<T>, T> {
       set_lane(out.corr_dim, i, var > 0 ? quad.cov(lane(in.corr_dim, i)) / var : lane(in.corr_dim, i));
     });
     return out;
+  }
+
+  /// 1 - r_out for a mean-zero input of variance `var`, from
+  /// one_minus_corr = 1 - r in [0, 2]: accurate to a few eps relative where
+  /// 1 - forward(...).corr_len keeps only eps/(1 - r) (docs/accuracy.md).
+  static T corr_complement(const T& var, const T& one_minus_corr) {
+    require_positive(name, "var", var);
+    sigprop::detail::require(name, "one_minus_corr", one_minus_corr, [](double v) { return v >= 0 && v <= 2; },
+                             "[0, 2] (1 - r for a correlation r in [-1, 1])");
+    return detail::GeluZeroMean<T>::corr_complement(var, one_minus_corr);
   }
 
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
