@@ -22,18 +22,9 @@ case "$which" in
   *) echo "usage: bash scripts/fuzz.sh [cli|api|all] [RUNS]" >&2; exit 2 ;;
 esac
 
-packages=(cmake make clang libclang-rt-14-dev libeigen3-dev libboost-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+# shellcheck source=packages.sh
+source scripts/packages.sh
+ensure_packages cmake make clang libclang-rt-14-dev libeigen3-dev libboost-dev
 
 build=${SIGPROP_FUZZ_BUILD_DIR:-build-fuzz}
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIGPROP_WERROR=ON \

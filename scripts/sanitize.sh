@@ -16,18 +16,9 @@ cd "$(dirname "$0")/.."
 default_tests='^test_(batch|causal_attention|cli|decoders|domain_edges|embedding|fuzz_replay|math|reproductions|schemes|softmax_concentration|vector_moments)$'
 tests=${SIGPROP_SANITIZE_TESTS:-$default_tests}
 
-packages=(cmake make clang libclang-rt-14-dev libeigen3-dev libboost-dev catch2)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+# shellcheck source=packages.sh
+source scripts/packages.sh
+ensure_packages cmake make clang libclang-rt-14-dev libeigen3-dev libboost-dev catch2
 
 build=${SIGPROP_SANITIZE_BUILD_DIR:-build-asan}
 jobs=$(nproc 2>/dev/null || echo 2)
