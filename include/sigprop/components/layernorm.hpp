@@ -108,7 +108,7 @@ HalfHalfPair<Real> half_half_series(Real alpha, Real x, Real y) {
 
 // Above this alpha the series needs at most ~150 terms even at x = 1.
 template <class Real>
-constexpr Real half_half_series_alpha = 24;
+inline const Real half_half_series_alpha = 24;  // const, not constexpr: multiprecision Real is no literal type
 
 // For x >= 1/2 and alpha < half_half_series_alpha (where the series would be
 // slow): Gauss's contiguous relation in c (DLMF 15.5.18 with a = b = 1/2),
@@ -124,11 +124,14 @@ template <class Real>
 HalfHalfPair<Real> half_half_recurrence(Real alpha, Real x, Real y) {
   const Real pi = boost::math::constants::pi<Real>();
   const layernorm_policy pol;
+  using std::atan2;  // unqualified: multiprecision Real finds its own by ADL
+  using std::floor;
+  using std::sqrt;
   Real c, h, prev_scaled;  // c, H(c), (1 - x) H(c - 1)
-  if (std::floor(alpha) != alpha) {
+  if (floor(alpha) != alpha) {
     c = Real(1.5);
-    const Real sx = std::sqrt(x), sy = std::sqrt(y);
-    h = std::atan2(sx, sy) / sx;
+    const Real sx = sqrt(x), sy = sqrt(y);
+    h = atan2(sx, sy) / sx;
     prev_scaled = sy;
   } else {
     c = 2;
@@ -180,8 +183,9 @@ Real layernorm_c0(Real d) {
 // F and F' from H0 and D = H0 - H1 at |rho|.
 template <class Real>
 LayerNormAngle<Real> layernorm_angle_from(Real d, Real rho, Real c0, const HalfHalfPair<Real>& h) {
+  using std::abs;
   const Real k = d - 1;
-  const Real abs_rho = std::min(std::abs(rho), Real(1));
+  const Real abs_rho = std::min(Real(abs(rho)), Real(1));
   const Real corr = abs_rho * c0 * (h.h0 - h.diff);
   // k H0 - (k - 1) H1 = H0 + (k - 1) (H0 - H1)
   const Real slope = c0 * (h.h0 + (k - 1) * h.diff);
@@ -190,7 +194,8 @@ LayerNormAngle<Real> layernorm_angle_from(Real d, Real rho, Real c0, const HalfH
 
 template <class Real>
 LayerNormAngle<Real> layernorm_angle(Real d, Real rho, Real c0) {
-  const Real abs_rho = std::min(std::abs(rho), Real(1));
+  using std::abs;
+  const Real abs_rho = std::min(Real(abs(rho)), Real(1));
   const Real x = abs_rho * abs_rho, y = (1 - abs_rho) * (1 + abs_rho);
   return layernorm_angle_from(d, rho, c0, half_half((d - 1) / 2, x, y));
 }

@@ -65,7 +65,7 @@ template <class T>
 T relu_standardized_mean(const T& mean, const T& sd) {
   return math::map_lanes(mean, sd, [](math::real_of<T> mu, math::real_of<T> s) {
     using R = math::real_of<T>;
-    constexpr R limit = 40;
+    const R limit = 40;
     if (!(s > 0)) return mu > 0 ? limit : mu < 0 ? -limit : R(0);
     const R a = mu / s;
     return a > limit ? limit : a < -limit ? -limit : a;
@@ -76,7 +76,9 @@ T relu_standardized_mean(const T& mean, const T& sd) {
 /// the point -sqrt(-2 ln(min normal)) where phi underflows (-33.9 for double).
 template <class R>
 R relu_correlation_floor() {
-  return R(-0.9) * std::sqrt(R(-2) * std::log(std::numeric_limits<R>::min()));
+  using std::log;
+  using std::sqrt;
+  return R(-0.9) * sqrt(R(-2) * log(std::numeric_limits<R>::min()));
 }
 
 /// Owen's T(h, b), lane-wise. At h = 0 (every zero-mean input, the case of
@@ -138,11 +140,14 @@ T relu_standardized_cov(const T& a, const T& cdf, const T& sf, const T& pdf, con
 /// g'(u) = 2u^2/sqrt(1 - u^2) term by term; ratio of terms <= u^2 <= 1/4).
 template <class Real>
 Real relu_corr_complement_zero_mean(Real delta) {
-  const Real u = std::sqrt(delta / 2), u2 = u * u;
+  using std::acos;
+  using std::asin;
+  using std::sqrt;
+  const Real u = sqrt(delta / 2), u2 = u * u;
   Real g;
   if (u <= Real(0.5)) {
     Real coefficient = 2, power = u2 * u, sum = 0;  // 2 binom(2n, n)/4^n, u^(2n+3)
-    for (int n = 0; n < 40; ++n) {
+    for (int n = 0; n < 200; ++n) {  // 200 terms: 1/4^200 is below any precision's eps
       const Real term = coefficient * power / (2 * n + 3);
       sum += term;
       if (term <= std::numeric_limits<Real>::epsilon() / 4 * sum) break;
@@ -151,10 +156,10 @@ Real relu_corr_complement_zero_mean(Real delta) {
     }
     g = sum;
   } else {
-    g = std::asin(u) - u * std::sqrt((1 - u) * (1 + u));
+    g = asin(u) - u * sqrt((1 - u) * (1 + u));
   }
   const Real pi = boost::math::constants::pi<Real>();
-  return (4 * u2 * std::acos(u) + 2 * g) / (pi - 1);
+  return (4 * u2 * acos(u) + 2 * g) / (pi - 1);
 }
 
 }  // namespace detail

@@ -6,14 +6,19 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <type_traits>
 
 #include <Eigen/Core>
 
 namespace sigprop {
 
+/// A scalar is a real number type with std::numeric_limits: double, float,
+/// or a multiprecision type such as boost::multiprecision::cpp_bin_float_50
+/// (the 50-digit reference of tests/test_reference50.cpp instantiates the
+/// closed forms with it); Eigen arrays are batches.
 template <class T>
-inline constexpr bool is_scalar_v = std::is_arithmetic_v<T>;
+inline constexpr bool is_scalar_v = std::is_arithmetic_v<T> || std::numeric_limits<T>::is_specialized;
 
 template <class T>
 std::size_t lane_count(const T& x) {

@@ -89,7 +89,7 @@ T atan_reduced(const T& y) {
 
 }  // namespace detail
 
-/// atan(x), lane-wise. Scalars: std::atan. Eigen arrays: vectorized (Eigen
+/// atan(x), lane-wise. Scalars: std::atan (or a multiprecision type's atan). Eigen arrays: vectorized (Eigen
 /// 3.4 has no packet atan): the argument reduction of Cephes' atan (Moshier,
 /// "Methods and Programs for Mathematical Functions", 1989: |x| > tan(3 pi/8)
 /// -> pi/2 - atan(1/|x|); |x| > tan(pi/8) -> pi/4 + atan((|x| - 1)/(|x| + 1)))
@@ -98,7 +98,8 @@ T atan_reduced(const T& y) {
 template <class T>
 T atan(const T& x) {
   if constexpr (is_scalar_v<T>) {
-    return std::atan(x);
+    using std::atan;  // multiprecision scalars: their atan by ADL
+    return atan(x);
   } else {
     using R = real_of<T>;
     const R pi_2 = boost::math::constants::half_pi<R>(), pi_4 = pi_2 / 2;
@@ -118,7 +119,8 @@ T atan(const T& x) {
 template <class T>
 T asin(const T& x) {
   if constexpr (is_scalar_v<T>) {
-    return std::asin(x);
+    using std::asin;
+    return asin(x);
   } else {
     using R = real_of<T>;
     const T t = x.abs();

@@ -25,6 +25,8 @@
 
 #include <Eigen/Core>
 
+#include "sigprop/core/lanes.hpp"
+
 namespace sigprop {
 
 namespace detail {
@@ -34,7 +36,7 @@ namespace detail {
 // lanes_or_one() reads as 1 in every lane.
 template <class T>
 T one_by_default() {
-  if constexpr (std::is_arithmetic_v<T>) return T(1);
+  if constexpr (is_scalar_v<T>) return T(1);
   else if constexpr (T::SizeAtCompileTime == Eigen::Dynamic) return T();
   else return T::Ones();
 }
@@ -42,7 +44,7 @@ T one_by_default() {
 // `value`, or 1 in every lane of `like` where a batch left `value` unset (empty).
 template <class T>
 T lanes_or_one(const T& value, const T& like) {
-  if constexpr (std::is_arithmetic_v<T>) {
+  if constexpr (is_scalar_v<T>) {
     (void)like;
     return value;
   } else {

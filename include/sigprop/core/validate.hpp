@@ -42,7 +42,8 @@ template <class T, class Pred, class Range>
 template <class T>
 void require_finite(const char* function, const char* parameter, const T& x) {
   if constexpr (is_scalar_v<T>) {
-    if (std::isfinite(x)) return;  // the passing case inline; the message only on failure
+    using std::isfinite;  // and boost::multiprecision's by ADL
+    if (isfinite(x)) return;  // the passing case inline; the message only on failure
   } else if (x.isFinite().all()) {
     return;  // batches: one vectorized pass when every lane is valid
   }
@@ -54,7 +55,8 @@ void require_finite(const char* function, const char* parameter, const T& x) {
 template <class T>
 void require_variance(const char* function, const char* parameter, const T& x) {
   if constexpr (is_scalar_v<T>) {
-    if (std::isfinite(x) && x >= 0) return;
+    using std::isfinite;
+    if (isfinite(x) && x >= 0) return;
   } else if ((x.isFinite() && x >= 0).all()) {
     return;
   }
@@ -122,7 +124,8 @@ void require_grad_moments(const char* function, const GradMoments<T>& g) {
 template <class T, class... More>
 bool all_finite(const T& first, const More&... more) {
   if constexpr (is_scalar_v<T>) {
-    return (std::isfinite(first) && ... && std::isfinite(more));
+    using std::isfinite;
+    return (isfinite(first) && ... && isfinite(more));
   } else {
     // x - x is 0 for a finite x and NaN otherwise: one vectorized sum, one test.
     const T zero = (first - first) + ((more - more) + ...);
@@ -149,7 +152,8 @@ template <class T>
 template <class T>
 void check_result(const char* function, const char* quantity, const T& x) {
   if constexpr (is_scalar_v<T>) {
-    if (std::isfinite(x)) return;
+    using std::isfinite;
+    if (isfinite(x)) return;
   } else if (x.isFinite().all()) {
     return;
   }
