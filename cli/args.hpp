@@ -113,8 +113,11 @@ class Args {
     const double v = s.empty() ? NAN : std::strtod(s.c_str(), &end);
     if (s.empty() || end != s.c_str() + s.size() || std::isspace(static_cast<unsigned char>(s[0])))
       throw usage_error("--" + name + " = '" + s + "' is not a number");
-    if (!std::isfinite(v) || errno == ERANGE)
+    // ERANGE also flags subnormal results, which are valid; only overflow and underflow to 0 are not.
+    if (!std::isfinite(v))
       throw usage_error("--" + name + " = " + s + " is outside the valid range: a finite number");
+    if (errno == ERANGE && v == 0)
+      throw usage_error("--" + name + " = " + s + " underflows to 0 (the smallest magnitude is 4.9e-324)");
     return v;
   }
 

@@ -29,6 +29,10 @@ struct ModelSpec {
   std::string format = "text";
 };
 
+/// The deepest model a command traces (a trace holds every layer's moments:
+/// about 40 MB at this depth; far deeper ones ran out of memory and aborted).
+inline constexpr std::size_t max_layers = 100000;
+
 inline const std::set<std::string>& model_flags() {
   static const std::set<std::string> flags = {
       "arch", "scheme", "layers", "d", "heads", "ffn-mult", "activation", "seq", "dropout",
@@ -69,6 +73,9 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   const std::string arch =
       a.choice("arch", {"pre-ln", "post-ln", "no-ln", "llama", "gpt2"}, to_string(native_arch(s.scheme)));
   c.layers = static_cast<std::size_t>(a.count("layers", 12));
+  if (c.layers > max_layers)
+    throw usage_error("--layers = " + std::to_string(c.layers) + " is outside the valid range: a whole number >= 1 and <= " +
+                      std::to_string(max_layers));
   c.d = static_cast<std::size_t>(a.count("d", 768));
   c.heads = static_cast<std::size_t>(a.count("heads", 12));
   c.ffn_mult = static_cast<std::size_t>(a.count("ffn-mult", 4));
@@ -117,6 +124,11 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   s.scaling.alpha = a.number("beta2-alpha", 1);
   s.scaling.enabled = a.has("beta2-k") || a.has("beta2-alpha");
   require_positive(fn, "--beta2-k", s.scaling.k);
+  const double beta2 = s.scaling.k / std::pow(static_cast<double>(c.layers), s.scaling.alpha);
+  if ((s.scaling.enabled || s.scheme == Scheme::dslm || s.scheme == Scheme::dslm_simple) && !(beta2 > 0 && beta2 <= 1))
+    throw usage_error("--beta2-k = " + exact(s.scaling.k) + " and --beta2-alpha = " + exact(s.scaling.alpha) +
+                      " give beta^2 = K/N^A = " + exact(beta2) + " at --layers = " + std::to_string(c.layers) +
+                      ", outside the valid range (0, 1]");
   const auto override_of = [&](const char* flag, std::optional<double>& slot) {
     if (!a.has(flag)) return;
     const double v = a.number(flag, 0);

@@ -43,7 +43,8 @@ inline std::string with_flag_names(std::string message) {
   static const std::vector<std::pair<std::string, std::string>> names = {
       {"seq_len", "seq"}, {"weight_var", "weight-var"}, {"d_in", "d-in"}, {"d_out", "d-out"},
       {"d_k", "d-k"}, {"q_var", "q-var"}, {"k_var", "k-var"}, {"v_var", "v-var"},
-      {"vocab", "vocab"}, {"p", "p"}, {"d", "d"}, {"n", "n"}};
+      {"vocab", "vocab"}, {"p", "p"}, {"d", "d"}, {"n", "n"}, {"corr_dim", "corr-dim"},
+      {"var * (1 - corr_dim)", "var * (1 - --corr-dim)"}};
   for (const auto& [param, flag] : names) {
     const std::string from = ": " + param + " = ";
     const auto at = message.find(from);

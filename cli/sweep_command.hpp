@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "args.hpp"
+#include "model_command.hpp"
 #include "output.hpp"
 #include "sigprop/models/sweep.hpp"
 
@@ -109,6 +110,10 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
   const auto archs = a.has("arch") ? detail::word_list(a, "arch", "", {"pre-ln", "post-ln", "no-ln", "llama", "gpt2"})
                                    : std::vector<std::string>{""};
   const auto layers = detail::count_list(a, "layers", "48");
+  for (std::size_t n : layers)
+    if (n > max_layers)
+      throw usage_error("--layers = " + std::to_string(n) + " is outside the valid range: a whole number >= 1 and <= " +
+                        std::to_string(max_layers));
   const auto widths = detail::count_list(a, "d", "512");
   const auto dropouts = detail::number_list(a, "dropout", "0.1");
   const auto ks = detail::number_list(a, "beta2-k", "2");

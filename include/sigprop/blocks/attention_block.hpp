@@ -31,6 +31,7 @@ template <class T>
 AttentionBlock<T> attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
                                   AttentionGradient gradient = AttentionGradient::all_paths) {
   require_width("sigprop::attention_block", "heads", heads);
+  require_width("sigprop::attention_block", "d / heads", T(d / heads));
   return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient), heads),
                 Linear<T>(d, d, w.o), Dropout<T>(p));
 }
@@ -43,6 +44,7 @@ template <class T>
 CausalAttentionBlock<T> causal_attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
                                               AttentionGradient gradient = AttentionGradient::all_paths) {
   require_width("sigprop::causal_attention_block", "heads", heads);
+  require_width("sigprop::causal_attention_block", "d / heads", T(d / heads));
   return serial(multi_head(CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient), heads),
                 Linear<T>(d, d, w.o), Dropout<T>(p));
 }

@@ -40,6 +40,7 @@ using GluFfnBlock =
 /// w1, wv, w2 are the per-entry variances of W1, V, W2.
 template <class Activation, class T>
 GluFfnBlock<T, Activation> glu_ffn_block(T d, T hidden, T w1, T wv, T w2, T p) {
+  require_width("sigprop::glu_ffn_block", "hidden", hidden);
   return serial(gated(serial(Linear<T>(d, hidden, w1), Activation()), Linear<T>(d, hidden, wv)),
                 Linear<T>(hidden, d, w2), Dropout<T>(p));
 }

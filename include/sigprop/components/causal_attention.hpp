@@ -76,10 +76,7 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
   /// As Attention, with `seq_len` an integer >= 2 (the positions 1..L).
   CausalAttention(T d_in, T d_k, T seq_len, T q_var, T k_var, T v_var, T p = 0,
                   AttentionGradient gradient = AttentionGradient::all_paths)
-      : full_(d_in, d_k, seq_len, q_var, k_var, v_var, p, gradient) {
-    detail::require(name, "seq_len", seq_len,
-                    [](double v) { return std::floor(v) == v && v <= 1e7; }, "{2, 3, ..., 10^7} (an integer length)");
-  }
+      : full_(checked_head(d_in, d_k, seq_len, q_var, k_var, v_var, p, gradient)) {}
 
   /// The same head without the mask (every query attends to all L keys).
   const Attention<T>& full() const { return full_; }
@@ -247,6 +244,20 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
   }
 
   // The per-key-count profile of a scalar head, memoized per input.
+  // The unmasked head, its parameters checked under this component's name.
+  static Attention<T> checked_head(T d_in, T d_k, T seq_len, T q_var, T k_var, T v_var, T p,
+                                   AttentionGradient gradient) {
+    require_width(name, "d_in", d_in);
+    require_width(name, "d_k", d_k);
+    detail::require(name, "seq_len", seq_len,
+                    [](double v) { return v >= 2 && std::floor(v) == v && v <= 1e7; }, "{2, 3, ..., 10^7} (an integer length)");
+    require_variance(name, "q_var", q_var);
+    require_variance(name, "k_var", k_var);
+    require_variance(name, "v_var", v_var);
+    require_probability(name, "p", p);
+    return Attention<T>(d_in, d_k, seq_len, q_var, k_var, v_var, p, gradient);
+  }
+
   const detail::CausalProfile<Real>& profile(const Moments<T>& in) const {
     static thread_local detail::CausalProfile<Real> last;
     static thread_local std::array<T, 11> last_key{};

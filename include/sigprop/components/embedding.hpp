@@ -194,12 +194,13 @@ T segment_length_correlation(const T& seq_len, SegmentCorrelation form) {
   detail::require_seq_len("sigprop::segment_length_correlation", seq_len);
   const T& L = seq_len;
   switch (form) {
+    // Each as a ratio of terms O(1), finite up to L = DBL_MAX.
     case SegmentCorrelation::nonempty_exact:  // 1 - (L + 1)/(3 (L - 1))
-      return 2 * (L - 2) / (3 * (L - 1));
+      return 2 * ((L - 2) / (L - 1)) / 3;
     case SegmentCorrelation::inclusive_exact:  // 1 - (L + 1)/(3 (L + 1)) = 2/3 for every L
-      return (2 * L + 2) / (3 * L + 3);
-    case SegmentCorrelation::paper:  // (2/3 L^2 - L)/(L (L - 1))
-      return (2 * L - 3) / (3 * (L - 1));
+      return (2 + 2 / L) / (3 + 3 / L);
+    case SegmentCorrelation::paper:  // (2/3 L^2 - L)/(L (L - 1)) = (2 - 1/(L - 1))/3
+      return (2 - 1 / (L - 1)) / 3;
   }
   return 0 * L;
 }
@@ -288,11 +289,11 @@ class Embedding : public Component<Embedding<T>, T> {
     if (config_.token) cov = cov + v_tok * table_corr_len(EmbeddingTable::token);
     if (config_.segment) cov = cov + v_seg * table_corr_len(EmbeddingTable::segment);
     Moments<T> out;
-    out.mean = 0 * var;
+    out.mean = 0 * config_.weight_var;  // 0 even when var overflows (reported as var)
     out.var = var;
     // All tables at variance 0: the output is the constant 0; report r = 0.
     out.corr_len = math::ratio_or(cov, var, 0);
-    out.corr_dim = 0 * var;
+    out.corr_dim = 0 * config_.weight_var;
     return out;
   }
 
@@ -320,6 +321,7 @@ class Embedding : public Component<Embedding<T>, T> {
     T count = one, pairs = 0 * row;  // E[N], E[N (N - 1)]
     switch (t) {
       case EmbeddingTable::token: {
+        require_row(fn, row, config_.vocab + 0 * row);  // ranks 1..|V|, named as this function's row
         const T p = zipf_probability(config_.vocab, row);
         count = L * p;
         pairs = L * (L - 1) * p * p;

@@ -82,7 +82,8 @@ struct ModelConfig {
 
   void validate(const char* function) const {
     require_width(function, "layers", static_cast<double>(layers));
-    require_width(function, "d", static_cast<double>(d), 2);
+    // The norms need d >= 4 (LayerNorm) or d >= 3 (RMSNorm) for a finite gradient variance.
+    require_width(function, "d", static_cast<double>(d), norm == Norm::rmsnorm ? 3 : 4);
     require_width(function, "heads", static_cast<double>(heads));
     require_width(function, "ffn_mult", static_cast<double>(ffn_mult));
     require_width(function, "seq_len", static_cast<double>(seq_len), 2);

@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <boost/math/tools/roots.hpp>
 
@@ -154,6 +155,7 @@ inline Moments<double> embedding_output(const ModelConfig& c, const InputSpec& i
   e.vocab = in.vocab;
   e.seq_len = static_cast<double>(c.seq_len);
   e.weight_var = scale * scale * table_var;
+  check_result("sigprop::initialize", "embedding_scale^2 * embedding_var", e.weight_var);
   e.token = in.token;
   e.position = in.position;
   e.segment = in.segment;
@@ -338,6 +340,12 @@ inline ModelWeights initialize(const ModelConfig& config, Scheme scheme, const I
                          " is outside the valid range (0, 1] (lambda^2 = 1 - beta^2 must be >= 0)");
     base.set_residual(std::sqrt(1 - beta2), std::sqrt(beta2));
   }
+  for (const auto& [name, value] : {std::pair{"overrides.embedding", overrides.embedding}, std::pair{"overrides.q", overrides.q},
+                                    std::pair{"overrides.k", overrides.k}, std::pair{"overrides.v", overrides.v},
+                                    std::pair{"overrides.o", overrides.o}, std::pair{"overrides.ffn1", overrides.ffn1},
+                                    std::pair{"overrides.ffn2", overrides.ffn2}})
+    if (value) require_variance(fn, name, *value);
+  if (!input.measured) detail::require_vocab(fn, input.vocab);
   if (overrides.embedding) table_var = *overrides.embedding;
   const auto apply = [&](LayerWeights& w) {
     if (overrides.q) w.q = *overrides.q;
