@@ -316,8 +316,8 @@ TEST_CASE("Embedding: bad configuration throws with the parameter and range", "[
     c.vocab = 10;
     c.seq_len = 8;
   }));
-  CHECK_THROWS_WITH(emb.row_grad_var(EmbeddingTable::token, 0, {1, 0}), Catch::Contains("rank = 0"));
-  CHECK_THROWS_WITH(emb.row_grad_var(EmbeddingTable::token, 11, {1, 0}), Catch::Contains("rank = 11"));
+  CHECK_THROWS_WITH(emb.row_grad_var(EmbeddingTable::token, 0, {1, 0}), Catch::Contains("row = 0"));
+  CHECK_THROWS_WITH(emb.row_grad_var(EmbeddingTable::token, 11, {1, 0}), Catch::Contains("row = 11"));
   CHECK_THROWS_WITH(emb.row_grad_var(EmbeddingTable::position, 9, {1, 0}),
                     Catch::Contains("row = 9") && Catch::Contains("{1, ..., 8}"));
   CHECK_THROWS_WITH(emb.row_grad_var(EmbeddingTable::segment, 3, {1, 0}), Catch::Contains("row = 3"));
