@@ -617,6 +617,74 @@ std::vector<Row> init_rows() {
   return r;
 }
 
+// The measures read off a trace: per-layer weights and the trace's moments.
+std::vector<Row> measure_rows() {
+  ModelConfig c0 = small_model();
+  c0.layers = 2;
+  const ModelWeights w0 = initialize(c0, Scheme::xavier);
+  const Trace t0 = trace(c0, w0);
+  // spike_bounds with layer 0's weight `field` set to v (the trace kept: the
+  // bounds read its spread, not the weights' effect on it).
+  const auto bound = [=](double LayerWeights::*field) {
+    return [=](double v) {
+      ModelWeights w = w0;
+      w.layers[0].*field = v;
+      const auto b = spike_bounds(c0, w, t0);
+      return b[0].attention + b[0].ffn;
+    };
+  };
+  const auto norms = [=](double LayerWeights::*field) {
+    return [=](double v) {
+      ModelWeights w = w0;
+      w.layers[0].*field = v;
+      const auto g = weight_grad_norms(c0, w, trace(c0, w));
+      return g[0].v + g[0].o + g[0].ffn1 + g[0].ffn2;
+    };
+  };
+  const auto spike_row = [=](const char* field, double LayerWeights::*member, bool variance) {
+    const std::string name = std::string("layers[0].") + field;
+    return variance ? Row{"sigprop::spike_bounds", name, 0, inf, true, false, bound(member)}
+                    : Row{"sigprop::spike_bounds", name, -inf, inf, false, false, bound(member)};
+  };
+  std::vector<Row> r = {
+      spike_row("q", &LayerWeights::q, true),
+      spike_row("k", &LayerWeights::k, true),
+      spike_row("v", &LayerWeights::v, true),
+      spike_row("o", &LayerWeights::o, true),
+      spike_row("ffn1", &LayerWeights::ffn1, true),
+      spike_row("ffn2", &LayerWeights::ffn2, true),
+      spike_row("attn_skip", &LayerWeights::attn_skip, false),
+      spike_row("attn_branch", &LayerWeights::attn_branch, false),
+      spike_row("ffn_skip", &LayerWeights::ffn_skip, false),
+      spike_row("ffn_branch", &LayerWeights::ffn_branch, false),
+      // The trace's moments, named by row: a variance of 0 at the edge is a
+      // spread of 0, which the bounds divide by (a pole at the lower end).
+      {"sigprop::spike_bounds: t.rows[1]", "corr_len", -1, 1, true, true,
+       [=](double v) {
+         Trace t = t0;
+         t.rows[1].forward.corr_len = v;
+         return spike_bounds(c0, w0, t)[1].attention;
+       }},
+      {"sigprop::spike_bounds: t.mid[0]", "grad_var", 0, inf, true, false,
+       [=](double v) {
+         Trace t = t0;
+         t.mid[0].backward.var = v;
+         return spike_bounds(c0, w0, t)[0].ffn;
+       }},
+      // weight_grad_norms builds each layer's blocks: its weights are named
+      // by the component they build.
+      {"sigprop::Linear", "weight_var", 0, inf, true, false, norms(&LayerWeights::o)},
+      {"sigprop::Linear", "weight_var", 0, inf, true, false, norms(&LayerWeights::ffn2)},
+      {"sigprop::weight_grad_norms: t.rows[2]", "var", 0, inf, true, false,
+       [=](double v) {
+         Trace t = t0;
+         t.rows[2].forward.var = v;
+         return weight_grad_norms(c0, w0, t)[1].ffn2;
+       }},
+  };
+  return r;
+}
+
 // ---------------------------------------------------------------------------
 // CLI rows: the flag's value as typed; status 2 with one error line naming
 // the flag and the value outside, status 0 at the edge and inside.
@@ -774,6 +842,44 @@ TEST_CASE("domain edges: stacks (trace, trace_batch, sweep)", "[domain]") {
 
 TEST_CASE("domain edges: the initialization solver", "[domain]") {
   for (const Row& row : init_rows()) check_row(row);
+}
+
+TEST_CASE("domain edges: measures read off a trace (spike_bounds, weight_grad_norms)", "[domain]") {
+  for (const Row& row : measure_rows()) check_row(row);
+  // The trace and the weights must belong to the config.
+  ModelConfig c = small_model();
+  c.layers = 2;
+  const ModelWeights w = initialize(c, Scheme::xavier);
+  Trace t = trace(c, w);
+  t.rows.pop_back();
+  CHECK_THROWS_WITH(spike_bounds(c, w, t), Catch::Contains("sigprop::spike_bounds") && Catch::Contains("t.rows.size() = 2"));
+  CHECK_THROWS_WITH(weight_grad_norms(c, w, t), Catch::Contains("sigprop::weight_grad_norms") &&
+                                                    Catch::Contains("t.rows.size() = 2"));
+  // A zero spread across the hidden units (corr_dim = 1) is a pole of the bounds.
+  t = trace(c, w);
+  t.mid[1].forward.corr_dim = 1;
+  CHECK_THROWS_WITH(spike_bounds(c, w, t), Catch::Contains("t.mid[1] var * (1 - corr_dim) = 0"));
+}
+
+// The name parsers: every name they print parses back; anything else (case,
+// spacing, separators, the empty string) throws naming the function and the value.
+TEST_CASE("domain edges: arch_from_string, with_architecture, scheme_from_string", "[domain]") {
+  for (Arch a : {Arch::pre_ln, Arch::post_ln, Arch::no_ln}) {
+    CHECK(arch_from_string(to_string(a)) == a);
+    CHECK(with_architecture(ModelConfig{}, to_string(a)).arch == a);
+  }
+  for (const char* preset : {"llama", "gpt2"}) CHECK(architecture_name(with_architecture(ModelConfig{}, preset)) == std::string(preset));
+  for (const SchemeInfo& i : schemes()) CHECK(scheme_from_string(i.name) == i.scheme);
+  const std::vector<std::string> bad = {"", " ", "PRE-LN", "pre_ln", "pre-ln ", " pre-ln", "llama2", "Llama",
+                                        "dslm\n", "xavier,dslm"};
+  for (const std::string& name : bad) {
+    INFO("'" << name << "'");
+    CHECK_THROWS_WITH(arch_from_string(name), Catch::Contains("sigprop::arch_from_string: arch = '" + name + "'"));
+    CHECK_THROWS_WITH(with_architecture(ModelConfig{}, name),
+                      Catch::Contains("sigprop::with_architecture: arch = '" + name + "'") && Catch::Contains("llama"));
+    CHECK_THROWS_WITH(scheme_from_string(name),
+                      Catch::Contains("sigprop::scheme_from_string: scheme = '" + name + "'") && Catch::Contains("dslm"));
+  }
 }
 
 TEST_CASE("domain edges: CLI subcommands exit 2 with one line naming the flag and the value", "[domain][cli]") {

@@ -43,6 +43,7 @@
 #include <cstddef>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sigprop/models/config.hpp"
@@ -102,6 +103,36 @@ struct WeightGradNorms {
 
 namespace detail {
 
+// `weights` and `t` belong to `config`: one entry per layer (t.rows one more),
+// every row's moments valid.
+inline void require_trace_of(const char* fn, const ModelConfig& config, const ModelWeights& weights, const Trace& t) {
+  if (weights.layers.size() != config.layers || t.mid.size() != config.layers ||
+      t.rows.size() != config.layers + 1)
+    throw domain_error(std::string(fn) + ": weights.layers.size() = " + std::to_string(weights.layers.size()) +
+                       ", t.mid.size() = " + std::to_string(t.mid.size()) + " and t.rows.size() = " +
+                       std::to_string(t.rows.size()) + " are outside the valid range {layers = " +
+                       std::to_string(config.layers) + ", layers, layers + 1}");
+  for (const auto& [rows, name] : {std::pair{&t.rows, "t.rows"}, std::pair{&t.mid, "t.mid"}})
+    for (std::size_t i = 0; i < rows->size(); ++i) {
+      // An invalid row is named after the function: "t.rows[i]: var = ...".
+      const std::string where = std::string(fn) + ": " + name + "[" + std::to_string(i) + "]";
+      require_moments(where.c_str(), (*rows)[i].forward);
+      require_grad_moments(where.c_str(), (*rows)[i].backward);
+    }
+}
+
+// A layer's weight variances in [0, inf) and residual scales finite, named
+// `layers[n].field`.
+inline void require_layer_weights(const char* fn, std::size_t n, const LayerWeights& w) {
+  const std::string at = "layers[" + std::to_string(n) + "].";
+  const std::pair<const char*, double> variances[] = {{"q", w.q}, {"k", w.k}, {"v", w.v}, {"o", w.o},
+                                                      {"ffn1", w.ffn1}, {"ffn2", w.ffn2}};
+  for (const auto& [name, value] : variances) require_variance(fn, (at + name).c_str(), value);
+  const std::pair<const char*, double> scales[] = {{"attn_skip", w.attn_skip}, {"attn_branch", w.attn_branch},
+                                                   {"ffn_skip", w.ffn_skip}, {"ffn_branch", w.ffn_branch}};
+  for (const auto& [name, value] : scales) require_finite(fn, (at + name).c_str(), value);
+}
+
 // The measures below are derived for the encoder stacks (full attention,
 // plain FFN, LayerNorm); the decoder options are rejected by name.
 inline void require_encoder(const char* fn, const ModelConfig& c) {
@@ -153,10 +184,7 @@ inline std::vector<WeightGradNorms> weight_grad_norms(const ModelConfig& config,
   constexpr const char* fn = "sigprop::weight_grad_norms";
   config.validate(fn);
   detail::require_encoder(fn, config);
-  if (weights.layers.size() != config.layers || t.mid.size() != config.layers)
-    throw domain_error(std::string(fn) + ": weights.layers.size() = " + std::to_string(weights.layers.size()) +
-                       " and t.mid.size() = " + std::to_string(t.mid.size()) + " are outside the valid range {layers = " +
-                       std::to_string(config.layers) + "}");
+  detail::require_trace_of(fn, config, weights, t);
   return config.activation == FfnActivation::relu ? detail::weight_grad_norms_with<Relu<double>>(config, weights, t)
                                                   : detail::weight_grad_norms_with<Gelu<double>>(config, weights, t);
 }
@@ -177,26 +205,34 @@ inline std::vector<SpikeBounds> spike_bounds(const ModelConfig& config, const Mo
   if (config.gated_ffn)
     throw domain_error(std::string(fn) + ": gated_ffn = true is outside the valid range {false} (Eq. 15 is for "
                        "the plain FFN)");
-  if (weights.layers.size() != config.layers || t.mid.size() != config.layers)
-    throw domain_error(std::string(fn) + ": weights.layers.size() = " + std::to_string(weights.layers.size()) +
-                       " and t.mid.size() = " + std::to_string(t.mid.size()) + " are outside the valid range {layers = " +
-                       std::to_string(config.layers) + "}");
+  detail::require_trace_of(fn, config, weights, t);
   using std::sqrt;
   const double d = static_cast<double>(config.d), h = static_cast<double>(config.heads);
   const double d_head = d / h, d_ffn = static_cast<double>(config.hidden_width());
   const double L = static_cast<double>(config.seq_len);
   const double c_ffn = (sqrt(d) + sqrt(d_ffn)) * (sqrt(d) + sqrt(d_ffn));
-  const auto spread = [](const Moments<double>& x) { return sqrt(x.var * (1 - x.corr_dim)); };
+  // sigma_x of the bounds: the spread of a row across the hidden units, > 0.
+  const auto spread = [fn](const Moments<double>& x, const std::string& where) {
+    const double s2 = x.var * (1 - x.corr_dim);
+    if (!(s2 > 0))
+      throw domain_error(std::string(fn) + ": " + where + " var * (1 - corr_dim) = " + detail::format_number(s2) +
+                         " is outside the valid range (0, inf) (the bounds divide by it)");
+    return sqrt(s2);
+  };
   std::vector<SpikeBounds> out;
   for (std::size_t n = 0; n < config.layers; ++n) {
     const LayerWeights& w = weights.layers[n];
+    detail::require_layer_weights(fn, n, w);
     const double sq = sqrt(w.q), sk = sqrt(w.k), sv = sqrt(w.v);
     const double jz = h * ((sqrt(L) + 2 + 1 / sqrt(L)) * sq * sk * sv * sqrt(d * d * d * d_head) +
                            sv * (sqrt(d) + sqrt(d_head)));  // Eq. 75
     const double c_attn = 2 * sqrt(d) * jz;
     SpikeBounds b;
-    b.attention = w.attn_skip + w.attn_branch * sqrt(w.o) * c_attn / spread(t.rows[n].forward);
-    b.ffn = w.ffn_skip + w.ffn_branch * sqrt(w.ffn1) * sqrt(w.ffn2) * c_ffn / spread(t.mid[n].forward);
+    const std::string at = "[" + std::to_string(n) + "]";
+    b.attention = w.attn_skip + w.attn_branch * sqrt(w.o) * c_attn / spread(t.rows[n].forward, "t.rows" + at);
+    b.ffn = w.ffn_skip + w.ffn_branch * sqrt(w.ffn1) * sqrt(w.ffn2) * c_ffn / spread(t.mid[n].forward, "t.mid" + at);
+    check_result(fn, "attention bound", b.attention);
+    check_result(fn, "ffn bound", b.ffn);
     out.push_back(b);
   }
   return out;
