@@ -24,6 +24,42 @@ class usage_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The largest whole number a count flag takes (widths, lengths, vocabulary):
+/// beyond it consecutive doubles are no longer consecutive integers' neighbours
+/// in every formula, and no model is that wide.
+constexpr double max_count = 1e15;
+
+/// A count flag's value `v` (typed as `shown`): a whole number in [1, max_count].
+inline double require_count(const std::string& flag, double v, const std::string& shown) {
+  if (!(v >= 1 && v <= max_count && std::floor(v) == v))
+    throw usage_error("--" + flag + " = " + shown + " is outside the valid range: a whole number in [1, 1e+15]");
+  return v;
+}
+
+/// Parses all of `s` as a finite double into `v`; returns null, or what is
+/// wrong with `s` (to follow "--flag = 's' ").
+inline const char* number_problem(const std::string& s, double& v) {
+  char* end = nullptr;
+  errno = 0;
+  v = s.empty() ? NAN : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || std::isspace(static_cast<unsigned char>(s[0])))
+    return "is not a number";
+  // ERANGE also flags subnormal results, which are valid; only overflow and underflow to 0 are not.
+  if (!std::isfinite(v)) return "is outside the valid range: a finite number";
+  if (errno == ERANGE && v == 0) return "underflows to 0 (the smallest magnitude is 4.9e-324)";
+  return nullptr;
+}
+
+/// `text` split at every `separator`, empty pieces kept ("a," is {"a", ""}).
+inline std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> pieces(1);
+  for (char ch : text) {
+    if (ch == separator) pieces.emplace_back();
+    else pieces.back() += ch;
+  }
+  return pieces;
+}
+
 /// Parsed `--flag value` pairs plus positional words, checked against the
 /// flags a command accepts.
 class Args {
@@ -79,11 +115,7 @@ class Args {
   /// Positive integer (a width, a length, a count).
   double count(const std::string& name, double fallback) const {
     if (!has(name)) return fallback;
-    const double v = parse_number(name, values_.at(name));
-    if (!(v >= 1 && v <= 1e15 && std::floor(v) == v))
-      throw usage_error("--" + name + " = " + values_.at(name) +
-                        " is outside the valid range: a whole number >= 1");
-    return v;
+    return require_count(name, parse_number(name, values_.at(name)), values_.at(name));
   }
 
   /// One of a fixed set of words.
@@ -108,16 +140,8 @@ class Args {
 
  private:
   static double parse_number(const std::string& name, const std::string& s) {
-    char* end = nullptr;
-    errno = 0;
-    const double v = s.empty() ? NAN : std::strtod(s.c_str(), &end);
-    if (s.empty() || end != s.c_str() + s.size() || std::isspace(static_cast<unsigned char>(s[0])))
-      throw usage_error("--" + name + " = '" + s + "' is not a number");
-    // ERANGE also flags subnormal results, which are valid; only overflow and underflow to 0 are not.
-    if (!std::isfinite(v))
-      throw usage_error("--" + name + " = " + s + " is outside the valid range: a finite number");
-    if (errno == ERANGE && v == 0)
-      throw usage_error("--" + name + " = " + s + " underflows to 0 (the smallest magnitude is 4.9e-324)");
+    double v = 0;
+    if (const char* problem = number_problem(s, v)) throw usage_error("--" + name + " = '" + s + "' " + problem);
     return v;
   }
 

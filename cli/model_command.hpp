@@ -33,6 +33,30 @@ struct ModelSpec {
 /// about 40 MB at this depth; far deeper ones ran out of memory and aborted).
 inline constexpr std::size_t max_layers = 100000;
 
+/// --layers: at most max_layers (a trace holds every layer's rows).
+inline std::size_t require_layers(std::size_t n) {
+  if (n > max_layers)
+    throw usage_error("--layers = " + std::to_string(n) + " is outside the valid range: a whole number in [1, " +
+                      std::to_string(max_layers) + "]");
+  return n;
+}
+
+/// The activation --activation names (one of relu, gelu, silu, checked by Args::choice).
+inline FfnActivation activation_of(const std::string& name) {
+  return name == "relu" ? FfnActivation::relu : name == "gelu" ? FfnActivation::gelu : FfnActivation::silu;
+}
+
+/// --beta2-k K and --beta2-alpha A: beta^2 = K/N^A in (0, 1] wherever the
+/// residual scaling applies (given explicitly, or the dslm schemes).
+inline void require_beta2(const ResidualScaling& scaling, Scheme scheme, std::size_t layers) {
+  if (!scaling.enabled && scheme != Scheme::dslm && scheme != Scheme::dslm_simple) return;
+  const double beta2 = scaling.k / std::pow(static_cast<double>(layers), scaling.alpha);
+  if (!(beta2 > 0 && beta2 <= 1))
+    throw usage_error("--beta2-k = " + exact(scaling.k) + " and --beta2-alpha = " + exact(scaling.alpha) +
+                      " give beta^2 = K/N^A = " + exact(beta2) + " at --layers = " + std::to_string(layers) +
+                      ", outside the valid range (0, 1]");
+}
+
 inline const std::set<std::string>& model_flags() {
   static const std::set<std::string> flags = {
       "arch", "scheme", "layers", "d", "heads", "ffn-mult", "activation", "seq", "dropout",
@@ -72,10 +96,7 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   s.scheme = scheme_from_string(a.choice("scheme", scheme_list, "xavier"));
   const std::string arch =
       a.choice("arch", {"pre-ln", "post-ln", "no-ln", "llama", "gpt2"}, to_string(native_arch(s.scheme)));
-  c.layers = static_cast<std::size_t>(a.count("layers", 12));
-  if (c.layers > max_layers)
-    throw usage_error("--layers = " + std::to_string(c.layers) + " is outside the valid range: a whole number >= 1 and <= " +
-                      std::to_string(max_layers));
+  c.layers = require_layers(static_cast<std::size_t>(a.count("layers", 12)));
   c.d = static_cast<std::size_t>(a.count("d", 768));
   c.heads = static_cast<std::size_t>(a.count("heads", 12));
   c.ffn_mult = static_cast<std::size_t>(a.count("ffn-mult", 4));
@@ -87,7 +108,7 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   if (a.has("ffn-mult")) c.ffn_hidden = 0;
   if (a.has("activation")) {
     const std::string act = a.choice("activation", {"relu", "gelu", "silu"}, "relu");
-    c.activation = act == "relu" ? FfnActivation::relu : act == "gelu" ? FfnActivation::gelu : FfnActivation::silu;
+    c.activation = activation_of(act);
   }
   c.dropout = a.number("dropout", c.dropout);
   require_probability(fn, "--dropout", c.dropout);
@@ -103,8 +124,7 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   s.input.vocab = a.count("vocab", 32000);
   if (a.has("tables")) {
     s.input.token = s.input.position = s.input.segment = false;
-    std::stringstream list(a.text("tables", ""));
-    for (std::string t; std::getline(list, t, ',');) {
+    for (const std::string& t : split(a.text("tables", ""), ',')) {
       if (t == "token") s.input.token = true;
       else if (t == "position") s.input.position = true;
       else if (t == "segment") s.input.segment = true;
@@ -124,11 +144,7 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   s.scaling.alpha = a.number("beta2-alpha", 1);
   s.scaling.enabled = a.has("beta2-k") || a.has("beta2-alpha");
   require_positive(fn, "--beta2-k", s.scaling.k);
-  const double beta2 = s.scaling.k / std::pow(static_cast<double>(c.layers), s.scaling.alpha);
-  if ((s.scaling.enabled || s.scheme == Scheme::dslm || s.scheme == Scheme::dslm_simple) && !(beta2 > 0 && beta2 <= 1))
-    throw usage_error("--beta2-k = " + exact(s.scaling.k) + " and --beta2-alpha = " + exact(s.scaling.alpha) +
-                      " give beta^2 = K/N^A = " + exact(beta2) + " at --layers = " + std::to_string(c.layers) +
-                      ", outside the valid range (0, 1]");
+  require_beta2(s.scaling, s.scheme, c.layers);
   const auto override_of = [&](const char* flag, std::optional<double>& slot) {
     if (!a.has(flag)) return;
     const double v = a.number(flag, 0);

@@ -46,16 +46,14 @@ inline std::vector<double> number_list(const Args& a, const std::string& flag, c
   const std::string text = a.text(flag, fallback);
   std::vector<double> out;
   const auto parse = [&](const std::string& s) {
-    char* end = nullptr;
-    const double v = std::strtod(s.c_str(), &end);
-    if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v))
-      throw usage_error("--" + flag + " = '" + text + "': '" + s + "' is not a number");
+    double v = 0;
+    if (const char* problem = number_problem(s, v))
+      throw usage_error("--" + flag + " = '" + text + "': '" + s + "' " + problem);
     return v;
   };
   if (text.find(':') != std::string::npos) {
     std::vector<double> parts;
-    std::stringstream list(text);
-    for (std::string s; std::getline(list, s, ':');) parts.push_back(parse(s));
+    for (const std::string& s : split(text, ':')) parts.push_back(parse(s));
     if (parts.size() != 3 || !(parts[2] > 0) || parts[1] < parts[0])
       throw usage_error("--" + flag + " = '" + text + "' is not a range START:STOP:STEP with STEP > 0, STOP >= START");
     const double count = std::floor((parts[1] - parts[0]) / parts[2] * (1 + 1e-12)) + 1;
@@ -63,18 +61,14 @@ inline std::vector<double> number_list(const Args& a, const std::string& flag, c
     for (double k = 0; k < count; ++k) out.push_back(parts[0] + k * parts[2]);
     return out;
   }
-  std::stringstream list(text);
-  for (std::string s; std::getline(list, s, ',');) out.push_back(parse(s));
-  if (out.empty()) throw usage_error("--" + flag + " = '" + text + "' lists no value");
+  for (const std::string& s : split(text, ',')) out.push_back(parse(s));
   return out;
 }
 
 inline std::vector<std::size_t> count_list(const Args& a, const std::string& flag, const std::string& fallback) {
   std::vector<std::size_t> out;
   for (double v : number_list(a, flag, fallback)) {
-    if (!(v >= 1 && v <= 1e9 && std::floor(v) == v))
-      throw usage_error("--" + flag + " = " + exact(v) + " is outside the valid range: a whole number >= 1");
-    out.push_back(static_cast<std::size_t>(v));
+    out.push_back(static_cast<std::size_t>(require_count(flag, v, exact(v))));
   }
   return out;
 }
@@ -82,8 +76,7 @@ inline std::vector<std::size_t> count_list(const Args& a, const std::string& fla
 inline std::vector<std::string> word_list(const Args& a, const std::string& flag, const std::string& fallback,
                                           const std::vector<std::string>& options) {
   std::vector<std::string> out;
-  std::stringstream list(a.text(flag, fallback));
-  for (std::string s; std::getline(list, s, ',');) {
+  for (const std::string& s : split(a.text(flag, fallback), ',')) {
     bool known = false;
     for (const auto& o : options) known = known || o == s;
     if (!known) {
@@ -93,7 +86,6 @@ inline std::vector<std::string> word_list(const Args& a, const std::string& flag
     }
     out.push_back(s);
   }
-  if (out.empty()) throw usage_error("--" + flag + " lists no value");
   return out;
 }
 
@@ -110,10 +102,7 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
   const auto archs = a.has("arch") ? detail::word_list(a, "arch", "", {"pre-ln", "post-ln", "no-ln", "llama", "gpt2"})
                                    : std::vector<std::string>{""};
   const auto layers = detail::count_list(a, "layers", "48");
-  for (std::size_t n : layers)
-    if (n > max_layers)
-      throw usage_error("--layers = " + std::to_string(n) + " is outside the valid range: a whole number >= 1 and <= " +
-                        std::to_string(max_layers));
+  for (std::size_t n : layers) require_layers(n);
   const auto widths = detail::count_list(a, "d", "512");
   const auto dropouts = detail::number_list(a, "dropout", "0.1");
   const auto ks = detail::number_list(a, "beta2-k", "2");
@@ -143,9 +132,7 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
                 SweepPoint pt;
                 ModelConfig& c = pt.config;
                 pt.scheme = scheme_from_string(scheme);
-                c.activation = activation == "relu"   ? FfnActivation::relu
-                               : activation == "gelu" ? FfnActivation::gelu
-                                                      : FfnActivation::silu;
+                c.activation = activation_of(activation);
                 c.layers = n;
                 c.d = d;
                 if (d < 4 || d % static_cast<std::size_t>(head_dim) != 0)
@@ -156,12 +143,10 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
                 c.seq_len = static_cast<std::size_t>(seq);
                 c = with_architecture(c, arch.empty() ? to_string(native_arch(pt.scheme)) : arch);
                 // The presets set the activation and dropout; explicit flags win.
-                if (a.has("activation") || (arch != "llama" && arch != "gpt2"))
-                  c.activation = activation == "relu"   ? FfnActivation::relu
-                                 : activation == "gelu" ? FfnActivation::gelu
-                                                        : FfnActivation::silu;
+                if (a.has("activation") || (arch != "llama" && arch != "gpt2")) c.activation = activation_of(activation);
                 if (a.has("dropout") || arch != "llama") c.dropout = p;
                 pt.scaling = {k, alpha, scaling_given};
+                require_beta2(pt.scaling, pt.scheme, n);
                 points.push_back(pt);
               }
   if (points.size() > 1000000) throw usage_error("the grid has " + std::to_string(points.size()) + " points (at most 1000000)");

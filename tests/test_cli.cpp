@@ -71,8 +71,8 @@ TEST_CASE("cli: bad input exits with status 2 and one clear line", "[cli][errors
   require_usage_error({"component", "linear", "--corr-dim", "-2"}, "--corr-dim", "-2", "[-1, 1]");
   require_usage_error({"component", "linear", "--grad-corr-len", "3"}, "--grad-corr-len", "3", "[-1, 1]");
   require_usage_error({"component", "linear", "--grad-var", "0"}, "--grad-var", "0", "(0, inf)");
-  require_usage_error({"component", "linear", "--d-in", "0"}, "--d-in", "0", "whole number >= 1");
-  require_usage_error({"component", "linear", "--d-out", "2.5"}, "--d-out", "2.5", "whole number >= 1");
+  require_usage_error({"component", "linear", "--d-in", "0"}, "--d-in", "0", "whole number in [1, 1e+15]");
+  require_usage_error({"component", "linear", "--d-out", "2.5"}, "--d-out", "2.5", "whole number in [1, 1e+15]");
   require_usage_error({"component", "linear", "--var", "abc"}, "--var", "abc", "not a number");
   require_usage_error({"component", "linear", "--var", "nan"}, "--var", "nan", "finite");
   require_usage_error({"component", "linear", "--var", "inf"}, "--var", "inf", "finite");
@@ -221,7 +221,7 @@ TEST_CASE("cli: sweep prints one summary per grid point, matching the library", 
 TEST_CASE("cli: sweep rejects bad grids with status 2", "[cli][sweep][errors]") {
   require_usage_error({"sweep", "--dropout", "0,1"}, "--dropout", "1", "[0, 1)");
   require_usage_error({"sweep", "--layers", "8:4:1"}, "--layers", "8:4:1", "START:STOP:STEP");
-  require_usage_error({"sweep", "--layers", "0"}, "--layers", "0", "whole number >= 1");
+  require_usage_error({"sweep", "--layers", "0"}, "--layers", "0", "whole number in [1, 1e+15]");
   require_usage_error({"sweep", "--d", "100"}, "--d", "100", "multiple of --head-dim");
   require_usage_error({"sweep", "--bounds", "2,0.5"}, "--bounds", "2,0.5", "LO <= HI");
   require_usage_error({"sweep", "--scheme", "dslm,foo"}, "--scheme", "foo", "not one of");

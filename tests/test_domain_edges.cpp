@@ -807,12 +807,20 @@ std::vector<CliRow> cli_rows() {
         {with_small({}), "beta2-alpha", -inf, inf, false, false},
         {with_small({}), "vocab", 1, big, true, true, true},
         {with_small({}), "q-var", 0, inf, true, false},
+        {with_small({}), "k-var", 0, inf, true, false},
+        {with_small({}), "v-var", 0, inf, true, false},
+        {with_small({}), "o-var", 0, inf, true, false},
+        {with_small({}), "ffn1-var", 0, inf, true, false},
+        {with_small({}), "ffn2-var", 0, inf, true, false},
         {with_small({}), "grad-var", 0, inf, false, false},
         {with_small({}), "grad-corr-len", -1, 1, true, true},
     });
     std::vector<std::string> measured = with_small({});
     measured.insert(measured.end(), {"--input-corr-len", "0"});
     r.push_back({measured, "input-var", 0, inf, false, false, false, true});  // pole: LayerNorm's 1/var
+    std::vector<std::string> measured_var = with_small({});
+    measured_var.insert(measured_var.end(), {"--input-var", "1"});
+    r.push_back({measured_var, "input-corr-len", -1, 1, true, true});
   }
   const std::vector<std::string> sweep = {"sweep", "--d", "16", "--head-dim", "8", "--seq", "8", "--scheme", "xavier"};
   std::vector<std::string> sweep_shallow = sweep;
@@ -822,6 +830,16 @@ std::vector<CliRow> cli_rows() {
       {sweep_shallow, "dropout", 0, 1, true, false, false, true},
       {sweep_shallow, "ffn-mult", 1, big, true, true, true},
       {{"sweep", "--d", "16", "--head-dim", "8", "--layers", "2"}, "seq", 2, big, true, true, true},
+      // d = 4 or 5 with one-wide heads: the dropout's norm fluctuation passes
+      // LayerNorm's (d - 1)/2 (the pole of trace), a clean status 2.
+      // d: its upper end here; the lower end (4, and a multiple of --head-dim)
+      // in "CLI word, list and pair flags".
+      {{"sweep", "--head-dim", "1", "--seq", "8", "--layers", "2"}, "d", -inf, big, false, true, true},
+      {{"sweep", "--d", "16", "--seq", "8", "--layers", "2"}, "head-dim", 1, inf, true, false, true},
+      // beta^2 = K/N^A <= 1 at N = 2: K in (0, 2] at A = 1 (pole: K/2 underflows
+      // to 0 above 0); A in [1, inf) at K = 2 (large A underflows, a clean status 2).
+      {sweep_shallow, "beta2-k", 0, 2, false, true, false, true},
+      {sweep_shallow, "beta2-alpha", 1, inf, true, false, false, true},
   });
   return r;
 }
@@ -906,6 +924,56 @@ std::string read_text(const std::filesystem::path& p) {
 // Component<, every function an error message names ("sigprop::name" in the
 // headers), the builders listed here, the commands of `sigprop --help` and
 // the components of `sigprop component --help`.
+// The CLI flags that take words, lists or pairs: anything outside the listed
+// words, a malformed list or range, or bounds out of order exit 2 with one
+// line naming the flag and the value, nothing on stdout.
+TEST_CASE("domain edges: CLI word, list and pair flags", "[domain][cli]") {
+  const auto rejects = [](std::vector<std::string> args, const std::string& flag, const std::string& value) {
+    args.insert(args.end(), {"--" + flag, value});
+    std::ostringstream out, err;
+    const int status = sigprop::cli::run(args, out, err);
+    const std::string e = err.str();
+    INFO("sigprop " << joined(args) << "\nstderr: " << e);
+    CHECK(status == 2);
+    CHECK(out.str().empty());
+    CHECK(std::count(e.begin(), e.end(), '\n') == 1);
+    CHECK(e.find("--" + flag) != std::string::npos);
+    CHECK(e.find(value) != std::string::npos);
+  };
+  const std::vector<std::string> table = {"table", "--layers", "2", "--d", "16", "--heads", "2", "--seq", "8"};
+  const std::vector<std::string> sweep = {"sweep", "--layers", "2", "--d", "16", "--head-dim", "8", "--seq", "8"};
+  for (const std::vector<std::string>& cmd : {table, sweep, std::vector<std::string>{"init", "--layers", "2"}}) {
+    for (const char* v : {"", "Pre-LN", "pre_ln", "pre-ln ", "llama2"}) rejects(cmd, "arch", v);
+    for (const char* v : {"", "DSLM", "dslm ", "dslm_simple", "fixup"}) rejects(cmd, "scheme", v);
+    for (const char* v : {"", "ReLU", "tanh", "swiglu"}) rejects(cmd, "activation", v);
+    for (const char* v : {"", "JSON", "xml"}) rejects(cmd, "format", v);
+  }
+  rejects(table, "tables", "token,words");
+  rejects(table, "tables", "");
+  // sweep lists and ranges: an empty element, a step <= 0, STOP < START, a
+  // missing part, a fraction in a whole-number list, more than 100000 values.
+  const std::vector<std::string> sweep_any_depth = {"sweep", "--d", "16", "--head-dim", "8", "--seq", "8"};
+  for (const char* v : {"1,,2", ",", "2,", "2:4", "1:5:0", "5:1:1", "1:5:-1", "1:1e9:1", "1:2:3:4", "1:3:", " 2"})
+    rejects(sweep_any_depth, "layers", v);
+  rejects(sweep_any_depth, "layers", "1.5");  // also as an element of 1:3:0.5
+  const std::vector<std::string> sweep_any_width = {"sweep", "--head-dim", "4", "--seq", "8", "--layers", "2"};
+  for (const char* v : {"0", "3", "6", "4.5"}) rejects(sweep_any_width, "d", v);
+  for (const char* v : {"0:0.5:-0.1", "0.1,", "1", "nan"}) rejects(sweep, "dropout", v);
+  for (const char* v : {"2,1", "1", "0.5,2,3", "nan,2", "0.5,inf", ""}) rejects(sweep, "bounds", v);
+  for (const char* v : {"dslm,foo", "dslm,,xavier"}) rejects(sweep, "scheme", v);
+  // beta^2 = K/N^A outside (0, 1] at any point of the grid names both flags.
+  rejects(sweep, "beta2-k", "4");
+  // The edges of --bounds: LO = HI and the widest finite pair are accepted.
+  for (const char* v : {"1,1", "-1.7976931348623157e308,1.7976931348623157e308"}) {
+    std::vector<std::string> args = sweep;
+    args.insert(args.end(), {"--bounds", v});
+    std::ostringstream out, err;
+    INFO(v);
+    CHECK(sigprop::cli::run(args, out, err) == 0);
+    CHECK(err.str().empty());
+  }
+}
+
 TEST_CASE("domain edges: docs/domains.md lists every public function", "[domain][docs]") {
   namespace fs = std::filesystem;
   const fs::path root = SIGPROP_SOURCE_DIR;
