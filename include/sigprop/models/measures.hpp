@@ -212,7 +212,7 @@ inline std::vector<SpikeBounds> spike_bounds(const ModelConfig& config, const Mo
   const double L = static_cast<double>(config.seq_len);
   const double c_ffn = (sqrt(d) + sqrt(d_ffn)) * (sqrt(d) + sqrt(d_ffn));
   // sigma_x of the bounds: the spread of a row across the hidden units, > 0.
-  const auto spread = [fn](const Moments<double>& x, const std::string& where) {
+  const auto spread = [&](const Moments<double>& x, const std::string& where) {
     const double s2 = x.var * (1 - x.corr_dim);
     if (!(s2 > 0))
       throw domain_error(std::string(fn) + ": " + where + " var * (1 - corr_dim) = " + detail::format_number(s2) +
