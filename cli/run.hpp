@@ -39,7 +39,10 @@ namespace detail {
 
 // Library messages name parameters as in C++ (d_in); the user typed flags
 // (--d-in). Rewrite "name = " to "--flag = " for the flags of the command.
+// The commands' own checks of a flag run the library's require_* with the
+// function "sigprop", already printed by the "sigprop: error: " prefix.
 inline std::string with_flag_names(std::string message) {
+  if (message.rfind("sigprop: --", 0) == 0) return message.substr(9);
   static const std::vector<std::pair<std::string, std::string>> names = {
       {"seq_len", "seq"}, {"weight_var", "weight-var"}, {"d_in", "d-in"}, {"d_out", "d-out"},
       {"d_k", "d-k"}, {"q_var", "q-var"}, {"k_var", "k-var"}, {"v_var", "v-var"},

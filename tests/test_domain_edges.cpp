@@ -727,6 +727,7 @@ void cli_rejects(const CliRow& row, const std::string& value) {
   CHECK(std::count(o.err.begin(), o.err.end(), '\n') == 1);
   CHECK(o.err.find("--" + row.flag) != std::string::npos);
   CHECK(o.err.find(value) != std::string::npos);
+  CHECK(o.err.find("error: sigprop: ") == std::string::npos);  // the program name once
 }
 
 void cli_accepts(const CliRow& row, const std::string& value, bool may_reject = false) {
