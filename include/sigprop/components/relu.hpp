@@ -100,6 +100,17 @@ T owens_t(const T& h, const T& b) {
   }
 }
 
+/// 1 + r, kept > 0 at r = -1 so that b = sqrt((1 - r)/(1 + r)) and
+/// a^2/(1 + r) stay finite: adds 4/max, far below any nonzero 1 + r and large
+/// enough that 2/(4/max) = max/2 does not overflow (about 2^-1022 for double,
+/// like its min(); a multiprecision type's min() is so small that 2/min()
+/// overflows, and b = inf made a b = 0 inf a NaN at a = 0).
+template <class T>
+T relu_one_plus_r(const T& r) {
+  using Real = math::real_of<T>;
+  return 1 + r + Real(4) / std::numeric_limits<Real>::max();
+}
+
 /// Owen's T(a, b) with b = sqrt((1 - r)/(1 + r)), and the orthant probability
 /// P(U_1 < a, U_2 < a) = Phi(a) - 2 T (U standard normal pair, correlation r).
 template <class T>
@@ -107,8 +118,7 @@ struct ReluOrthant {
   T b, owen_t, orthant;
   ReluOrthant(const T& a, const T& cdf_a, const T& r) {
     using std::sqrt;
-    const T one_plus_r = 1 + r + std::numeric_limits<math::real_of<T>>::min();
-    b = sqrt((1 - r) / one_plus_r);
+    b = sqrt((1 - r) / relu_one_plus_r(r));
     owen_t = owens_t(a, b);
     orthant = math::clamp_nonnegative(T(cdf_a - 2 * owen_t));  // rounding can cross 0
   }
@@ -120,7 +130,7 @@ template <class T>
 T relu_standardized_cov(const T& a, const T& cdf, const T& sf, const T& pdf, const T& r) {
   using std::exp;
   const ReluOrthant<T> o(a, cdf, r);
-  const T one_plus_r = 1 + r + std::numeric_limits<math::real_of<T>>::min();
+  const T one_plus_r = relu_one_plus_r(r);
   const T upper_ab = math::normal_cdf(T(-a * o.b));  // Phi(-a b)
   const T a2 = a * a;
   return r * o.orthant + a2 * (cdf * sf - 2 * o.owen_t) + 2 * a * pdf * (sf - upper_ab) +

@@ -54,7 +54,7 @@ T clamp_nonnegative(const T& x) {
 /// reach subnormal numbers, slow on every core, long before they underflow.
 template <class T>
 T nonnegative_or_zero(const T& x) {
-  constexpr real_of<T> tiny = real_of<T>(1e-30);
+  const real_of<T> tiny = real_of<T>(1e-30);
   if constexpr (is_scalar_v<T>) return x > tiny ? x : T(0);
   else return (x > tiny).select(x, real_of<T>(0));
 }
