@@ -166,8 +166,12 @@ inline void relu_cases(std::vector<Case>& cases) {
   cases.push_back({"Relu var, mean 0 (var = 2^-30..2^30)", var_grid(-30, 30),
                    [=](double q) { return relu.forward(at(0, q, 0.5)).var; },
                    [=](const Big& q) { return big.forward_impl(at(Big(0), q, Big(0.5))).var; }, false});
-  for (double mu : {-2.0, 0.7, 3.0}) {
+  // Negative means run through long double in Relu<double> (relu.hpp). At
+  // mu/s = -8 and -30 every point is ill-conditioned (kappa ~ a^2 > 4) and
+  // the cancellation outgrows long double's extra bits: printed, not asserted.
+  for (double mu : {-30.0, -8.0, -2.0, 0.7, 3.0}) {
     const std::string label = " (mu/s = " + num(mu) + ")";
+    const bool asserted = mu > -8;
     Case var{"Relu var" + label + ", var = 2^-10..2^10", var_grid(-10, 10),
              [=](double q) { return relu.forward(at(mu * std::sqrt(q), q, 0.5)).var; },
              // Relu::forward_impl's var = s^2 C(a, 1), at the same double mean as ours
@@ -177,17 +181,14 @@ inline void relu_cases(std::vector<Case>& cases) {
                                                         math::normal_pdf(a), Big(1));
              },
              false};
-    // Known gap: for a < 0 the variance is a difference of terms of size
-    // |a| phi(a) (relu.hpp); measured 40-70 eps at a = -2.
-    if (mu < 0) var.peak_limit = var.rms_limit = 100;
+    var.asserted = asserted;
     cases.push_back(var);
     // r_out = C(a, r)/C(a, 1) by the code of Relu::forward_impl, without its corr_dim.
     const Big a = mu, cdf = math::normal_cdf(a), sf = math::normal_cdf(Big(-a)), pdf = math::normal_pdf(a);
     const Big var_std = detail::relu_standardized_cov(a, cdf, sf, pdf, Big(1));
     Case corr{"Relu r_out" + label, corr_grid(67), [=](double r) { return relu.forward(at(mu, 1, r)).corr_len; },
               [=](const Big& r) { return detail::relu_standardized_cov(a, cdf, sf, pdf, r) / var_std; }};
-    // Known gap, as above: the covariance's terms cancel for a < 0.
-    if (mu < 0) corr.peak_limit = 1000, corr.rms_limit = 200;
+    corr.asserted = asserted;
     cases.push_back(corr);
     cases.push_back({"Relu gradient var" + label, {0.5},
                      [=](double r) { return relu.backward(at(mu, 1, r), g).var; },
@@ -195,8 +196,7 @@ inline void relu_cases(std::vector<Case>& cases) {
     Case grad{"Relu gradient r_out / r_g" + label, corr_grid(67),
               [=](double r) { return relu.backward(at(mu, 1, r), g).corr_len; },
               [=](const Big& r) { return big.backward_impl(at(Big(mu), Big(1), r), gb).corr_len; }};
-    // Known gap, as above: the orthant probability Phi(a) - 2 T(a, b) cancels for a < 0.
-    if (mu < 0) grad.peak_limit = 40, grad.rms_limit = 15;
+    grad.asserted = asserted;
     cases.push_back(grad);
   }
 }

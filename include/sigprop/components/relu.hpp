@@ -35,21 +35,22 @@
 //   (= r_g g^2 (1/4 + asin(r)/(2 pi)) at mu = 0), so r_g,in = r_g P / Phi(a).
 //
 // Numerics: b and sqrt(1 - r^2) are formed from 1 - r and 1 + r (no
-// cancellation at r = +-1); 1 + r gets the smallest normal number added so
-// that r = -1 (b = inf) needs no branch. |a| is clamped to 40, beyond which
+// cancellation at r = +-1); 1 + r gets 4/max added (relu_one_plus_r) so
+// that r = -1 needs no branch. |a| is clamped to 40, beyond which
 // Phi and phi are 0 or 1 to double precision (a constant input, s = 0, is the
 // limit a = +-40, or a = 0 when mu = 0 too). The correlations are ratios of
 // tiny numbers for a far below 0; they are evaluated at a >= a_floor (-33.9
 // for double, -11.9 for float), where the variance is still a normal number:
 // below it the output variance is under 1e-250 of the input's and its
 // correlation is reported as at a_floor. For negative a the variance is a
-// difference of terms of size |a| phi(a), and Phi(a), phi(a) carry the a^2 eps
-// conditioning of erfc and exp: relative error about a^6 * 1e-16 (measured
-// 2e-11 at a = -10, 1e-9 at a = -20); for a >= 0 a few ulps.
+// difference of terms of size |a| phi(a) (cancellation ~a^4): Relu<double>
+// evaluates negative means in long double (Relu::widened; 0.5 eps at a = -2
+// against a 50-digit reference, docs/accuracy.md); for a >= 0 a few ulps.
 #pragma once
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include <boost/math/special_functions/owens_t.hpp>
 
@@ -184,25 +185,9 @@ class Relu : public Component<Relu<T>, T> {
   Relu() = default;
 
   Moments<T> forward_impl(const Moments<T>& in) const {
-    using std::sqrt;
-    const T sd = sqrt(in.var);
-    const T a = detail::relu_standardized_mean(in.mean, sd);
-    const T cdf = math::normal_cdf(a), pdf = math::normal_pdf(a);
-    const T sf = math::normal_cdf(T(-a));
-    // Moments at the true a; correlations at a clamped to the floor (header comment).
-    const T var_std = detail::relu_standardized_cov(a, cdf, sf, pdf, T(0 * a + 1));
-    const T a_corr = clamp_below(a);
-    // Unless some lane is below the floor, a_corr = a: reuse what is computed.
-    const bool clamped = !all_equal(a_corr, a);
-    const T cdf_c = clamped ? math::normal_cdf(a_corr) : cdf, pdf_c = clamped ? math::normal_pdf(a_corr) : pdf;
-    const T sf_c = clamped ? math::normal_cdf(T(-a_corr)) : sf;
-    const T var_corr = clamped ? detail::relu_standardized_cov(a_corr, cdf_c, sf_c, pdf_c, T(0 * a + 1)) : var_std;
-    Moments<T> out;
-    out.mean = in.mean * cdf + sd * pdf;
-    out.var = in.var * var_std;
-    out.corr_len = detail::relu_standardized_cov(a_corr, cdf_c, sf_c, pdf_c, in.corr_len) / var_corr;
-    out.corr_dim = detail::relu_standardized_cov(a_corr, cdf_c, sf_c, pdf_c, in.corr_dim) / var_corr;
-    return out;
+    if constexpr (std::is_same_v<T, double>)
+      if (widened(in)) return forward_in<long double>(in);
+    return forward_in<T>(in);
   }
 
   /// 1 - r_out for a mean-zero input, from one_minus_corr = 1 - r in [0, 2]:
@@ -216,23 +201,72 @@ class Relu : public Component<Relu<T>, T> {
   }
 
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
-    using std::sqrt;
-    const T a = detail::relu_standardized_mean(in.mean, T(sqrt(in.var)));
-    const T a_corr = clamp_below(a);
-    const T cdf_c = math::normal_cdf(a_corr);
-    const detail::ReluOrthant<T> o(a_corr, cdf_c, in.corr_len);
-    return keeping_activation_alignment(T(g.var * math::normal_cdf(a)), T(g.corr_len * o.orthant / cdf_c), g);
+    if constexpr (std::is_same_v<T, double>)
+      if (widened(in)) return backward_in<long double>(in, g);
+    return backward_in<T>(in, g);
   }
 
  private:
-  static bool all_equal(const T& x, const T& y) {
-    if constexpr (is_scalar_v<T>) return x == y;
+  // At a negative mean the moments are small differences of terms of size
+  // |a| phi(a) and Phi(a), and the orthant probability Phi(a) - 2T(a, b)
+  // cancels too (66 eps in the variance, 436 eps in r_out at a = -2 in
+  // double; docs/accuracy.md). Scalar double therefore evaluates them in
+  // long double (11 more bits on x86-64) when a < 0, down to the floor
+  // a_floor, below which the correlations are those at the floor (computed
+  // as before). Batches and the mean-zero path of the stacks are unchanged.
+  static bool widened(const Moments<double>& in) {
+    const double floor = detail::relu_correlation_floor<double>();
+    return in.mean < 0 && in.var > 0 && in.mean >= floor * std::sqrt(in.var);
+  }
+
+  // The forward map evaluated in W (T, or long double for a scalar double).
+  template <class W>
+  static Moments<T> forward_in(const Moments<T>& input) {
+    using std::sqrt;
+    const Moments<W> in{W(input.mean), W(input.var), W(input.corr_len), W(input.corr_dim)};
+    const W sd = sqrt(in.var);
+    const W a = detail::relu_standardized_mean(in.mean, sd);
+    const W cdf = math::normal_cdf(a), pdf = math::normal_pdf(a);
+    const W sf = math::normal_cdf(W(-a));
+    // Moments at the true a; correlations at a clamped to the floor (header comment).
+    const W var_std = detail::relu_standardized_cov(a, cdf, sf, pdf, W(0 * a + 1));
+    const W a_corr = clamp_below(a);
+    // Unless some lane is below the floor, a_corr = a: reuse what is computed.
+    const bool clamped = !all_equal(a_corr, a);
+    const W cdf_c = clamped ? math::normal_cdf(a_corr) : cdf, pdf_c = clamped ? math::normal_pdf(a_corr) : pdf;
+    const W sf_c = clamped ? math::normal_cdf(W(-a_corr)) : sf;
+    const W var_corr = clamped ? detail::relu_standardized_cov(a_corr, cdf_c, sf_c, pdf_c, W(0 * a + 1)) : var_std;
+    Moments<T> out;
+    out.mean = static_cast<T>(in.mean * cdf + sd * pdf);
+    out.var = static_cast<T>(in.var * var_std);
+    out.corr_len = static_cast<T>(detail::relu_standardized_cov(a_corr, cdf_c, sf_c, pdf_c, in.corr_len) / var_corr);
+    out.corr_dim = static_cast<T>(detail::relu_standardized_cov(a_corr, cdf_c, sf_c, pdf_c, in.corr_dim) / var_corr);
+    return out;
+  }
+
+  // The backward map evaluated in W.
+  template <class W>
+  static GradMoments<T> backward_in(const Moments<T>& in, const GradMoments<T>& g) {
+    using std::sqrt;
+    const W a = detail::relu_standardized_mean(W(in.mean), W(sqrt(W(in.var))));
+    const W a_corr = clamp_below(a);
+    const W cdf_c = math::normal_cdf(a_corr);
+    const detail::ReluOrthant<W> o(a_corr, cdf_c, W(in.corr_len));
+    return keeping_activation_alignment(static_cast<T>(W(g.var) * math::normal_cdf(a)),
+                                        static_cast<T>(W(g.corr_len) * o.orthant / cdf_c), g);
+  }
+
+  template <class W>
+  static bool all_equal(const W& x, const W& y) {
+    if constexpr (is_scalar_v<W>) return x == y;
     else return (x == y).all();
   }
 
-  static T clamp_below(const T& a) {
-    const auto floor = detail::relu_correlation_floor<math::real_of<T>>();
-    if constexpr (is_scalar_v<T>) return a < floor ? T(floor) : a;
+  // a clamped below at the floor of T's range (also when evaluated in a wider W).
+  template <class W>
+  static W clamp_below(const W& a) {
+    const auto floor = static_cast<math::real_of<W>>(detail::relu_correlation_floor<math::real_of<T>>());
+    if constexpr (is_scalar_v<W>) return a < floor ? W(floor) : a;
     else return a.max(floor);
   }
 };
