@@ -25,8 +25,8 @@ class usage_error : public std::runtime_error {
 };
 
 /// The largest whole number a count flag takes (widths, lengths, vocabulary):
-/// beyond it consecutive doubles are no longer consecutive integers' neighbours
-/// in every formula, and no model is that wide.
+/// far beyond any model, and well inside the range where a double holds
+/// every whole number exactly (2^53 ~ 9e15).
 constexpr double max_count = 1e15;
 
 /// A count flag's value `v` (typed as `shown`): a whole number in [1, max_count].
