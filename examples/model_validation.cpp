@@ -11,7 +11,7 @@
 // --set decoders montecarlo::decoder_models() (docs/decoders.md; no
 // weight-gradient norms there). --detail I prints, for model I of the set
 // (0-based) only, every layer's predicted and measured forward and gradient
-// variance with the simulation's standard error.
+// variance and norm_var_ratio with the simulation's standard error.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -57,13 +57,24 @@ int main(int argc, char** argv) {
     setup.seed = seed + 1 + static_cast<std::uint64_t>(detail);  // the seed the table run gives this model
     const mc::ModelCaseResult r = mc::run_case(k, setup);
     std::printf("%s: predicted / measured +- standard error (relative error %%)\n\n", k.label);
-    std::printf("| n | forward var | gradient var |\n|---|---|---|\n");
+    std::printf("| n | forward var | gradient var | norm_var_ratio | norm_var_ratio after the attention sublayer |\n");
+    std::printf("|---|---|---|---|---|\n");
     for (std::size_t n = 0; n < r.measured.backward.size(); ++n) {
       const auto& f = r.measured.forward[n].var;
       const auto& b = r.measured.backward[n].var;
+      const auto& nu = r.measured.norm_var[n];
       const double pf = r.predicted.rows[n].forward.var, pb = r.predicted.rows[n].backward.var;
-      std::printf("| %zu | %.4g / %.4g +- %.2g (%+.2f) | %.4g / %.4g +- %.2g (%+.2f) |\n", n, pf, f.value, f.std_error,
-                  100 * (pf - f.value) / f.value, pb, b.value, b.std_error, 100 * (pb - b.value) / b.value);
+      std::printf("| %zu | %.4g / %.4g +- %.2g (%+.2f) | %.4g / %.4g +- %.2g (%+.2f) | %.3f / %.3f +- %.2g |", n, pf,
+                  f.value, f.std_error, 100 * (pf - f.value) / f.value, pb, b.value, b.std_error,
+                  100 * (pb - b.value) / b.value, static_cast<double>(sigprop::norm_var_ratio_of(r.predicted.rows[n].forward)),
+                  nu.value, nu.std_error);
+      if (n < r.measured.norm_var_mid.size()) {
+        const auto& m = r.measured.norm_var_mid[n];
+        std::printf(" %.3f / %.3f +- %.2g |\n", static_cast<double>(sigprop::norm_var_ratio_of(r.predicted.mid[n].forward)),
+                    m.value, m.std_error);
+      } else {
+        std::printf(" |\n");
+      }
     }
     return 0;
   }

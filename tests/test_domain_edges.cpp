@@ -10,6 +10,7 @@
 // blocks, the stacks (trace, trace_batch, sweep), the initialization solver
 // (initialize) and the flags of every CLI subcommand; the last test fails when
 // a public function, class or subcommand is missing from docs/domains.md.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <functional>
@@ -36,6 +37,11 @@ enum class Kind {
   integer,  ///< a whole number held in a double: one ULP beside a whole edge is not whole and throws
   count,    ///< a std::size_t field: no NaN or inf; edge - 1 throws, the edge and edge + 1 pass
 };
+
+// LayerNorm's E[m/Q] for norm_var_ratio nu over k dimensions (components/layernorm.hpp).
+double inverse_norm(double nu, double k) {
+  return k / (k - 2 * std::min(nu, 1.0)) * (1 + 2 * std::max(nu - 1, 0.0) / k);
+}
 
 struct Row {
   std::string function;   // as named in the message
@@ -315,9 +321,10 @@ std::vector<Row> component_rows() {
       {"sigprop::LayerNorm", "corr_dim", -1, 1, true, false,
        [=](double v) { return ln.backward(with("corr_dim", v), {1, 0.1}).var; }, Kind::real,
        [](double v) { return 6 / (5 * 1.5 * (1 - v)); }},
-      {"sigprop::LayerNorm", "norm_var_ratio", 0, 3.5, true, false,
+      // No pole: E[m/Q] = k/(k - 2 nu) up to nu = 1, k/(k - 2) (1 + 2 (nu - 1)/k) beyond (k = 7).
+      {"sigprop::LayerNorm", "norm_var_ratio", 0, inf, true, false,
        [=](double v) { return ln.backward(with("norm_var_ratio", v), {1, 0.1}).var; }, Kind::real,
-       [](double v) { return 6 / ((7 - 2 * v) * 1.5); }},
+       [](double v) { return 6 * inverse_norm(v, 7) / (7 * 1.5); }},
       {"sigprop::LayerNorm", "grad_var", 0, inf, true, false, [=](double v) { return ln.backward(x0, {v, 0.1}).var; },
        Kind::real, [](double v) { return v * 6 / (5 * 1.5); }},
       {"sigprop::LayerNorm", "grad_corr_len", -1, 1, true, true,
@@ -346,9 +353,9 @@ std::vector<Row> component_rows() {
       {"sigprop::RmsNorm", "corr_dim", 0, 0, true, true, [=](double v) { return rms.forward(with("corr_dim", v, xr)).var; }},
       {"sigprop::RmsNorm", "var", 0, inf, false, false, [=](double v) { return rms.forward(with("var", v, xr)).corr_len; },
        Kind::real, [=](double) { return rms_corr; }},
-      {"sigprop::RmsNorm", "norm_var_ratio", 0, 4, true, false,
+      {"sigprop::RmsNorm", "norm_var_ratio", 0, inf, true, false,
        [=](double v) { return rms.backward(with("norm_var_ratio", v, xr), {1, 0.1}).var; }, Kind::real,
-       [](double v) { return 7 / ((8 - 2 * v) * 1.5); }},
+       [](double v) { return 7 * inverse_norm(v, 8) / (8 * 1.5); }},
       {"sigprop::RmsNorm", "corr_len", -1, 1, true, true, [=](double v) { return rms.forward(with("corr_len", v, xr)).corr_len; },
        Kind::real, [](double v) { return v == 1 ? 1.0 : nan_value; }},
   });
@@ -477,7 +484,8 @@ std::vector<Row> stack_rows() {
       {"sigprop::trace", "seq_len", 2, inf, true, false,
        [=](double v) { return traced([v](ModelConfig& c, ModelWeights&) { c.seq_len = static_cast<std::size_t>(v); }); },
        Kind::count},
-      // p -> 1: the dropout's norm fluctuation 3p/(2(1 - p)) passes LayerNorm's (d - 1)/2.
+      // p -> 1: the variances grow as 1/(1 - p) and the dropout's norm
+      // fluctuation 3p/(2(1 - p)) with them; near 1 a product may overflow (a clean throw).
       {"sigprop::trace", "dropout", 0, 1, true, false,
        [=](double v) { return traced([v](ModelConfig& c, ModelWeights&) { c.dropout = v; }); }, Kind::real, known_none,
        "", true},

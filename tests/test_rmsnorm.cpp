@@ -377,17 +377,17 @@ TEST_CASE("RmsNorm: bad parameters and inputs throw with the parameter and range
   CHECK_THROWS_AS(RmsNorm<double>(8, std::nan("")), sigprop::domain_error);
   CHECK_THROWS_AS(RmsNorm<double>(8, INFINITY), sigprop::domain_error);
   {
-    // E[1/|x|^2] is finite only for norm_var_ratio < d/2 (the kernel LayerNorm(d + 1)'s (d' - 1)/2).
+    // No pole in norm_var_ratio: the kernel LayerNorm(d + 1)'s E[m/Q] over k = d
+    // dimensions is k/(k - 2 nu) up to nu = 1 and k/(k - 2) (1 + 2 (nu - 1)/k)
+    // beyond; rank d - 1 = 3 of the projection at d = 4.
     const RmsNorm<double> small(4);
     Moments<double> x{0, 1, 0.5, 0};
-    x.norm_var_ratio = 2;  // the edge d/2
-    CHECK_THROWS_WITH(small.backward(x, {1, 0.5}), Catch::Contains("sigprop::RmsNorm: norm_var_ratio = 2") &&
-                                                      Catch::Contains("[0, 2) (d/2 at d = 4)"));
-    CHECK_THROWS_AS(small.forward(x), sigprop::domain_error);
-    x.norm_var_ratio = std::nextafter(2.0, 0.0);  // one ULP inside: finite, positive, large
-    const GradMoments<double> g = small.backward(x, {1, 0.5});
-    CHECK(std::isfinite(g.var));
-    CHECK(g.var > 1e14);
+    x.norm_var_ratio = 1;  // Gaussian: (d - 1)/(d - 2)
+    CHECK(small.backward(x, {1, 0.5}).var == Approx(1.5));
+    x.norm_var_ratio = 2;  // the chi-square form's old pole d/2: 3 * 2 * (1 + 2/4) / 4
+    CHECK(small.backward(x, {1, 0.5}).var == Approx(2.25));
+    x.norm_var_ratio = INFINITY;
+    CHECK_THROWS_WITH(small.backward(x, {1, 0.5}), Catch::Contains("norm_var_ratio = inf"));
   }
   const RmsNorm<double> rms(8);
   // (Catch's composed matchers refer to their parts, so they are spelled out per check.)

@@ -107,6 +107,66 @@ TEST_CASE("norm_var_ratio: Linear, Dropout and a Post-LN residual sum against si
   }
 }
 
+TEST_CASE("norm_var_ratio: activations and the multi-head attention output against simulation", "[vector_moments][attention][montecarlo]") {
+  const Eigen::Index L = 96, d = 96;
+  mc::Random rng(151);
+  // An activation fed h W1 (h a LayerNorm output, W1: d -> 4d): Gaussian
+  // entries given a fixed scale, nu = (kurtosis - 1)/2 (2.20 for ReLU at mean 0).
+  {
+    const Moments<double> x_moments{0, 1, 0.3, 0};
+    const Moments<double> hidden = serial(LayerNorm<double>(d), Linear<double>(double(d), 4.0 * d, 2.0 / d)).forward(x_moments);
+    const double relu_nu = Relu<double>().forward(hidden).norm_var_ratio;
+    const double gelu_nu = Gelu<double>().forward(hidden).norm_var_ratio;
+    const double silu_nu = Silu<double>().forward(hidden).norm_var_ratio;
+    CHECK(relu_nu == Approx(2.2039).epsilon(1e-3));
+    mc::VectorMomentAccumulator relu_acc, gelu_acc, silu_acc;
+    for (int t = 0; t < 200; ++t) {
+      const Matrix pre = mc::ops::layernorm_forward(mc::sample_activations(L, d, x_moments, rng)).y *
+                         rng.normal_matrix(d, 4 * d, 2.0 / d);
+      relu_acc.add(mc::ops::activation_forward(mc::ops::Activation::relu, pre));
+      gelu_acc.add(mc::ops::activation_forward(mc::ops::Activation::gelu, pre));
+      silu_acc.add(mc::ops::activation_forward(mc::ops::Activation::silu, pre));
+    }
+    std::printf("activation nu: relu %.4f / %.4f +- %.4f, gelu %.4f / %.4f +- %.4f, silu %.4f / %.4f +- %.4f\n", relu_nu,
+                relu_acc.norm_var_ratio().value, relu_acc.norm_var_ratio().std_error, gelu_nu,
+                gelu_acc.norm_var_ratio().value, gelu_acc.norm_var_ratio().std_error, silu_nu,
+                silu_acc.norm_var_ratio().value, silu_acc.norm_var_ratio().std_error);
+    // Before this rule every activation output carried nu = 1.
+    CHECK(z_of(relu_acc.norm_var_ratio(), 1.0) > 5);
+    check_close("relu norm_var_ratio", relu_acc.norm_var_ratio(), relu_nu);
+    check_close("gelu norm_var_ratio", gelu_acc.norm_var_ratio(), gelu_nu);
+    check_close("silu norm_var_ratio", silu_acc.norm_var_ratio(), silu_nu);
+  }
+  // Three heads of width 32 on a LayerNorm output, then W_O: the heads share
+  // the norm of the softmax-weighted input, whose part shared by all
+  // positions fluctuates (docs/components/attention.md). Score variance
+  // about 1 (q_var = k_var = 1/d), as in a DeepScaleLM model.
+  for (const double r : {0.2, 0.6}) {
+    const Moments<double> x_moments{0, 1, r, 0};
+    const double q_var = 1.0 / d, v_var = 1.0 / d;
+    const auto block = serial(LayerNorm<double>(d), multi_head(Attention<double>(d, 32, L, q_var, q_var, v_var), 3.0),
+                              Linear<double>(double(d), double(d), 1.0 / d));
+    const double predicted = block.forward(x_moments).norm_var_ratio;
+    mc::VectorMomentAccumulator acc;
+    for (int t = 0; t < 1500; ++t) {
+      const Matrix h = mc::ops::layernorm_forward(mc::sample_activations(L, d, x_moments, rng)).y;
+      Matrix concat(L, d);
+      for (Eigen::Index i = 0; i < 3; ++i) {
+        Matrix out;
+        mc::ops::attention_head_forward(h, rng.normal_matrix(d, 32, q_var), rng.normal_matrix(d, 32, q_var),
+                                        rng.normal_matrix(d, 32, v_var), 0, rng, out);
+        concat.middleCols(32 * i, 32) = out;
+      }
+      acc.add(concat * rng.normal_matrix(d, d, 1.0 / d));
+    }
+    std::printf("attention block r = %.1f: nu predicted %.4f measured %.4f +- %.4f (a Linear's rule alone: %.4f)\n", r,
+                predicted, acc.norm_var_ratio().value, acc.norm_var_ratio().std_error, 1 + (d + 1.0) / d);
+    // Not modelled: the query-to-query fluctuation of sum_k P_ik^2; 5 % margin.
+    check_close("attention norm_var_ratio", acc.norm_var_ratio(), predicted, 0.05);
+    if (r < 0.5) CHECK(z_of(acc.norm_var_ratio(), 1 + (d + 1.0) / d) > 5);
+  }
+}
+
 TEST_CASE("LayerNorm backward in a Post-LN chain: norm fluctuation and projected gradients", "[vector_moments][layernorm][montecarlo]") {
   // x -> h = LN(x) -> s = h + beta h W -> y = LN(s), an iid gradient at y.
   // The LayerNorm at s sees nu(s) < 1; the gradient reaching h has already
@@ -210,8 +270,12 @@ TEST_CASE("whole-vector moments: defaults, validation and batches", "[vector_mom
   Moments<double> bad{0, 1, 0, 0};
   bad.norm_var_ratio = -0.5;
   CHECK_THROWS_WITH(Linear<double>(4, 4, 1).forward(bad), Catch::Contains("norm_var_ratio = -0.5"));
-  bad.norm_var_ratio = 4.5;  // (d - 1)/2 at d = 10
-  CHECK_THROWS_WITH(LayerNorm<double>(10).backward(bad, {1, 0}), Catch::Contains("norm_var_ratio = 4.5"));
+  // Beyond nu = 1 no pole (the chi-square form's was (d - 1)/2 = 4.5 at d = 10):
+  // 8 * 9/7 * (1 + 2 * 3.5/9) / 9.
+  bad.norm_var_ratio = 4.5;
+  CHECK(LayerNorm<double>(10).backward(bad, {1, 0}).var == Approx(128.0 / 63));
+  bad.norm_var_ratio = INFINITY;
+  CHECK_THROWS_WITH(LayerNorm<double>(10).backward(bad, {1, 0}), Catch::Contains("norm_var_ratio = inf"));
   GradMoments<double> g_bad{1, 0};
   g_bad.align_mean = std::nan("");
   CHECK_THROWS_WITH(Linear<double>(4, 4, 1).backward(m, g_bad), Catch::Contains("grad_align_mean = nan"));

@@ -9,11 +9,21 @@
 // times one head's (the correlation is unchanged).
 #pragma once
 
+#include <type_traits>
 #include <utility>
 
 #include "sigprop/core/component.hpp"
 
 namespace sigprop {
+
+namespace detail {
+template <class Head, class = void>
+struct heads_norm_var_ratio : std::false_type {};
+template <class Head>
+struct heads_norm_var_ratio<Head, std::void_t<decltype(std::declval<const Head&>().norm_var_ratio_of_heads(
+                                      std::declval<const Moments<typename Head::value_type>&>(),
+                                      std::declval<const typename Head::value_type&>()))>> : std::true_type {};
+}  // namespace detail
 
 template <class T, class Head>
 class MultiHead : public Component<MultiHead<T, Head>, T> {
@@ -29,7 +39,14 @@ class MultiHead : public Component<MultiHead<T, Head>, T> {
   const Head& head() const { return head_; }
   const T& heads() const { return heads_; }
 
-  Moments<T> forward_impl(const Moments<T>& in) const { return head_.forward_trusted(in); }
+  /// The per-entry moments of one head; the norm_var_ratio of the
+  /// concatenation when the head provides it (attention: the heads share the
+  /// norm of the softmax-weighted input, components/attention.hpp).
+  Moments<T> forward_impl(const Moments<T>& in) const {
+    Moments<T> out = head_.forward_trusted(in);
+    if constexpr (detail::heads_norm_var_ratio<Head>::value) out.norm_var_ratio = head_.norm_var_ratio_of_heads(in, heads_);
+    return out;
+  }
 
   Domain<T> domain_impl(const Moments<T>& in) const { return head_.domain(in); }
 

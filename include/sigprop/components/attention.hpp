@@ -205,7 +205,47 @@ class Attention : public Component<Attention<T>, T> {
 
   Moments<T> forward_impl(const Moments<T>& in) const {
     const AttentionTerms<T> a = terms_of(in);
-    return forward_with(a, softmax_sums(a));
+    const SoftmaxSums<T> s = softmax_sums(a);
+    Moments<T> out = forward_with(a, s);
+    out.norm_var_ratio = norm_var_ratio_with(in, a, s, T(1));
+    return out;
+  }
+
+  /// The output's norm_var_ratio (core/moments.hpp) for `heads` heads
+  /// concatenated (MultiHead), validated like forward().
+  T norm_var_ratio_of_heads(const Moments<T>& in, const T& heads) const {
+    require_moments(name, in);
+    const AttentionTerms<T> a = terms_of(in);
+    return norm_var_ratio_with(in, a, softmax_sums(a), heads);
+  }
+
+  /// The output's norm_var_ratio over `heads` heads of width d_k. Each
+  /// head's output is z_i Wv with z_i = sum_k P_ik x_k and Wv independent
+  /// of z, so Linear's rule applies to z (d_in -> heads d_k: the heads are
+  /// taken to share z's norm, exact as the scores go to 0, where every head
+  /// averages the same keys alike). Per unit of z, with A = r s^2 the part
+  /// shared by all positions, M = mu^2 and E = m - A - M the rest of
+  /// m = E|z|^2/d_in (the weighted position-specific part, tilt and dropout):
+  ///   Var|z|^2 / (2 d_in) = f A^2 + E^2 + 2 A E + 2 M (A + E),  nu_z = that / m^2,
+  /// the sum of a Gaussian-like shared vector, a weighted average of L
+  /// position-specific vectors, their cross term and the mean's cross
+  /// terms. The shared vector's norm fluctuates like the input's rows,
+  /// f = nu_in, unless the rows are normalized (nu_in = 0, a LayerNorm
+  /// output): then it is divided by the norm of the row it belongs to and
+  /// f = (1 - r)^2 (1 - S2)^2 (S2 = E sum_k P_ik^2); linear in between.
+  /// Not modelled: the query-to-query fluctuation of S2 (relative variance
+  /// O(e^{4 sigma^2}/L)). Checked by tests/test_vector_moments.cpp
+  /// (docs/components/attention.md, "Norm fluctuation of the output").
+  T norm_var_ratio_with(const Moments<T>& in, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
+                        const T& heads) const {
+    const T m = weighted_second(a, s);
+    const T shared = in.corr_len * in.var, fixed = in.mean * in.mean;
+    const T own = math::clamp_nonnegative(T(m - shared - fixed));
+    const T nu_in = norm_var_ratio_of(in), rest = 1 - in.corr_len, spread = rest * (1 - s.sum_sq);
+    const T f = (1 - math::min_of(nu_in, T(0 * nu_in + 1))) * spread * spread + nu_in;
+    const T var_half = f * shared * shared + own * own + 2 * shared * own + 2 * fixed * (shared + own);
+    const T nu_z = math::ratio_or(var_half, T(m * m), 1);
+    return Linear<T>::norm_var_ratio_map(nu_z, d_in_, T(heads * d_k_));
   }
 
   /// The softmax sums of full attention over the L keys (SoftmaxSums).
@@ -218,12 +258,12 @@ class Attention : public Component<Attention<T>, T> {
   }
 
   /// The output moments for the intermediate moments `a` and softmax sums
-  /// `s` (forward() is forward_with(terms(in), softmax_sums(terms(in)))):
+  /// `s` (forward() is forward_with(terms(in), softmax_sums(terms(in))) with
+  /// the norm_var_ratio_with of its input):
   /// E[O_i^2] and the mean over query pairs of E[O_i O_m] of the header,
   /// with gamma_ij (1 - F_var/L) = gamma_ij shrink_i.
   Moments<T> forward_with(const AttentionTerms<T>& a, const SoftmaxSums<T>& s) const {
-    const T second = a.common + a.tilt_var * s.shrink_sq + s.sum_sq * (a.pos_var + a.tilt_var) +
-                     p_ / (1 - p_) * s.sum_sq * (a.second + 4 * a.tilt_var);
+    const T second = weighted_second(a, s);
     const T cov = a.common + a.corr_queries * a.tilt_var * s.shrink_cross +
                   s.pair_cross * (a.pos_var + a.corr_queries * a.tilt_var);
     Moments<T> out;
@@ -421,6 +461,13 @@ class Attention : public Component<Attention<T>, T> {
     const ProjectionPaths o = softmax_outputs_of(a, s, in, g);
     const PathMoments q = through(o.query, q_var_), k = through(o.key, k_var_);
     return {q.var + k.var, q.cov + k.cov};
+  }
+
+  // E[z_i^2] per unit of z_i = sum_k dropout(P)_ik x_k, the head's output
+  // E[O_i^2] over d_in v_var (the header's first form).
+  T weighted_second(const AttentionTerms<T>& a, const SoftmaxSums<T>& s) const {
+    return a.common + a.tilt_var * s.shrink_sq + s.sum_sq * (a.pos_var + a.tilt_var) +
+           p_ / (1 - p_) * s.sum_sq * (a.second + 4 * a.tilt_var);
   }
 
   // A correlation shared by all L positions is at least -1/(L - 1) (the

@@ -84,7 +84,18 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
   Domain<T> domain_impl(const Moments<T>& in) const { return full_.domain(in); }
 
   Moments<T> forward_impl(const Moments<T>& in) const {
-    return full_.forward_with(full_.terms(in), averages(in));
+    const AttentionTerms<T> a = full_.terms(in);
+    const SoftmaxSums<T> s = averages(in);
+    Moments<T> out = full_.forward_with(a, s);
+    out.norm_var_ratio = full_.norm_var_ratio_with(in, a, s, T(1));
+    return out;
+  }
+
+  /// The output's norm_var_ratio for `heads` heads concatenated
+  /// (Attention::norm_var_ratio_with with the softmax sums averaged over
+  /// the positions), validated like forward().
+  T norm_var_ratio_of_heads(const Moments<T>& in, const T& heads) const {
+    return full_.norm_var_ratio_with(in, full_.terms(in), softmax_sums(in), heads);
   }
 
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {

@@ -40,8 +40,9 @@
 // * E[1/sd^2] = d E[1/Q], Q = |x_c|^2 of mean m = (d - 1) s^2 (1 - r^d) and
 //   relative variance 2 nu_r/k, k = d - 1 (nu_r = norm_var_ratio): modelled
 //   as Q ~ m chi^2_n/n with the same two moments, n = k/nu_r, so
-//   E[m/Q] = n/(n - 2) = k/(k - 2 nu_r) (Gaussian: k/(k - 2)).
-// Hence
+//   E[m/Q] = n/(n - 2) = k/(k - 2 nu_r) (Gaussian: k/(k - 2)), for nu_r <= 1;
+//   beyond, a Gaussian row times an independent scale (detail::inverse_norm_factor).
+// Hence, for nu_r <= 1,
 //   Var[g_in] = Var[g] (d - a_1 - a_x) / ((d - 1 - 2 nu_r) s^2 (1 - r^d)),
 // which is the Gaussian (d - 2)/((d - 3) ...) at a_1 = a_x = nu_r = 1. In a
 // Post-LN stack with a small branch every LayerNorm sees nu_r ~ 0 and a
@@ -64,6 +65,7 @@
 
 #include "sigprop/core/component.hpp"
 #include "sigprop/core/errors.hpp"
+#include "sigprop/core/math.hpp"
 #include "sigprop/core/memo.hpp"
 
 namespace sigprop {
@@ -233,25 +235,22 @@ HalfHalfPair<T> half_half_series_lanes(const T& alpha, const T& x, const T& y) {
   throw overflow_error("sigprop::LayerNorm: the hypergeometric series did not converge in a batch");
 }
 
-/// E[1/|x_c|^2] is finite only while the norm's relative fluctuation stays
-/// below its geometry's: norm_var_ratio < k/2 over a k-dimensional subspace
-/// (k = d - 1 for LayerNorm, d for RMSNorm). `component` names the caller;
-/// `d` and `limit_text` (the limit as a formula in d) go into the message.
+/// E[m/Q] for Q = |x_c|^2 over a k-dimensional subspace (k = d - 1 for
+/// LayerNorm, d for RMSNorm), of mean m and norm_var_ratio nu (relative
+/// variance 2 nu/k). Up to the Gaussian's nu = 1, Q ~ m chi^2_n/n with
+/// n = k/nu, exact for the scaled chi-square with these two moments:
+/// k/(k - 2 nu). Beyond, a row is taken as a Gaussian row times an
+/// independent scale carrying the excess relative variance 2 (nu - 1)/k,
+/// whose E[m/scale^2] is taken to second order:
+///   k/(k - 2) (1 + 2 (nu - 1)/k).
+/// Continuous at nu = 1 and finite for every nu (k > 2). The chi-square form
+/// beyond nu = 1 had a pole at nu = k/2, which the upper tail of a heavy-tailed
+/// activation or attention output reaches at small d, although E[1/Q] depends
+/// on the lower tail.
 template <class T>
-void require_norm_var_ratio(const char* component, const T& ratio, const T& d, const T& k,
-                            const char* limit_text) {
-  const T limit = k / 2;
-  if constexpr (!is_scalar_v<T>)
-    if ((ratio < limit).all()) return;  // batches: one vectorized pass when every lane is valid
-  for (std::size_t i = 0; i < lane_count(limit); ++i) {
-    const double bound = static_cast<double>(lane(limit, i));
-    const double value = static_cast<double>(lane(ratio, i));
-    const double width = static_cast<double>(lane(d, i));
-    if (!(value < bound))
-      sigprop::detail::raise_domain(component, "norm_var_ratio", value,
-                                    "[0, " + sigprop::detail::format_number(bound) + ") (" + limit_text +
-                                        " at d = " + sigprop::detail::format_number(width) + ")");
-  }
+T inverse_norm_factor(const T& nu, const T& k) {
+  const T below = math::min_of(nu, T(0 * nu + 1)), excess = math::max_of(T(nu - 1), T(0 * nu));
+  return k / (k - 2 * below) * (1 + 2 * excess / k);
 }
 
 }  // namespace detail
@@ -278,12 +277,11 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
   const T& d() const { return d_; }
 
   /// A constant position (zero variance, or r^d = 1) has no direction to
-  /// normalize; a norm that fluctuates too much has no finite E[1/|x_c|^2].
+  /// normalize.
   void require_input(const Moments<T>& in) const {
     require_positive(name, "var", in.var);
     sigprop::detail::require(name, "corr_dim", in.corr_dim, [](double v) { return v < 1; },
                              "[-1, 1) (r^d = 1 makes every position constant)");
-    detail::require_norm_var_ratio(name, norm_var_ratio_of(in), d_, T(d_ - 1), "(d - 1)/2");
   }
 
   Moments<T> forward_impl(const Moments<T>& in) const {
@@ -303,7 +301,8 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
     const T aligned = align_mean_of(g) + align_activation_of(g);
     require_aligned_energy(aligned);
     GradMoments<T> out;
-    out.var = g.var * (d_ - aligned) / ((d_ - 1 - 2 * norm_var_ratio_of(in)) * centered_var);
+    out.var = g.var * (d_ - aligned) * detail::inverse_norm_factor(norm_var_ratio_of(in), T(d_ - 1)) /
+              ((d_ - 1) * centered_var);
     out.corr_len = g.corr_len * grad_corr_factor(in.corr_len) / slope_at_one;
     out.align_activation = 0 * g.var;
     out.align_mean = 0 * g.var;

@@ -60,9 +60,12 @@ class Linear : public Component<Linear<T>, T> {
   /// |y|^2 = |x|^2 chi^2_{d_out}/d_out up to scale and relative variances
   /// compose: (1 + 2 nu_in/d_in)(1 + 2/d_out) - 1 = (2/d_out)(1 + nu_in (d_out + 2)/d_in),
   /// read with d_out - 1 and d_in for the centred norms: 1 + nu_in (d_out + 1)/d_in.
-  T norm_var_ratio_map(const Moments<T>& in) const {
-    return 1 + norm_var_ratio_of(in) * (d_out_ + 1) / d_in_;
-  }
+  T norm_var_ratio_map(const Moments<T>& in) const { return norm_var_ratio_map(norm_var_ratio_of(in), d_in_, d_out_); }
+
+  /// The same rule for any map that multiplies a d_in-vector of norm ratio
+  /// `nu_in` by an independent Gaussian d_in x d_out matrix (attention's
+  /// value projection of the softmax-weighted input, components/attention.hpp).
+  static T norm_var_ratio_map(const T& nu_in, const T& d_in, const T& d_out) { return 1 + nu_in * (d_out + 1) / d_in; }
 
   GradMoments<T> backward_impl(const Moments<T>&, const GradMoments<T>& g) const {
     return keeping_activation_alignment(T(d_out_ * weight_var_ * g.var), g.corr_len, g);

@@ -54,6 +54,7 @@
 
 #include <boost/math/special_functions/owens_t.hpp>
 
+#include "sigprop/components/detail/activation_norm.hpp"
 #include "sigprop/core/component.hpp"
 
 namespace sigprop {
@@ -185,9 +186,11 @@ class Relu : public Component<Relu<T>, T> {
   Relu() = default;
 
   Moments<T> forward_impl(const Moments<T>& in) const {
-    if constexpr (std::is_same_v<T, double>)
-      if (widened(in)) return forward_in<long double>(in);
-    return forward_in<T>(in);
+    Moments<T> out;
+    if constexpr (std::is_same_v<T, double>) out = widened(in) ? forward_in<long double>(in) : forward_in<T>(in);
+    else out = forward_in<T>(in);
+    out.norm_var_ratio = detail::activation_norm_var_ratio<Relu>(in, [](double x) { return x > 0 ? x : 0.0; });
+    return out;
   }
 
   /// 1 - r_out for a mean-zero input, from one_minus_corr = 1 - r in [0, 2]:

@@ -63,7 +63,6 @@ class RmsNorm : public Component<RmsNorm<T>, T> {
     require_positive(name, "var", in.var);
     require_zero(in.mean, "mean");
     require_zero(in.corr_dim, "corr_dim");
-    detail::require_norm_var_ratio(name, norm_var_ratio_of(in), d_, d_, "d/2");  // the kernel's k = d
   }
 
   Moments<T> forward_impl(const Moments<T>& in) const {

@@ -45,6 +45,9 @@ struct ModelSimulation {
   /// Variance of each sublayer's branch output f (before beta), per layer:
   /// attention (branch_attn) and FFN (branch_ffn).
   std::vector<Estimate> branch_attn, branch_ffn;
+  /// norm_var_ratio (core/moments.hpp) of the activations of `forward` and
+  /// `forward_mid`: what a LayerNorm at that point divides by.
+  std::vector<Estimate> norm_var, norm_var_mid;
   /// Per layer: E||dLoss/dW||_F^2 of each weight matrix over one sequence
   /// (Q, K, V summed over the heads).
   std::vector<WeightGradEstimates> weight_grads;
@@ -205,6 +208,7 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
   const auto L = static_cast<Eigen::Index>(config.seq_len), d = static_cast<Eigen::Index>(config.d);
   const bool pre = config.arch == Arch::pre_ln, post = config.arch == Arch::post_ln;
   std::vector<MomentAccumulator> fwd(N + 1), mid(N), branch(2 * N);
+  std::vector<VectorMomentAccumulator> norms(N + 1), norms_mid(N);
   std::vector<MomentAccumulator> bwd(N + 1), bwd_mid(N);
   std::vector<std::array<std::vector<double>, 6>> grad_norms(N);  // per layer: q, k, v, o, ffn1, ffn2 per trial
   Random rng(setup.seed);
@@ -218,6 +222,7 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
                         ? ops::layernorm_forward(sample_activations(L, d, weights.embedding_output, rng)).y
                         : sample_activations(L, d, weights.input, rng);
     fwd[0].add(x);
+    norms[0].add(x);
     for (std::size_t n = 0; n < N; ++n) {
       const LayerWeights& w = weights.layers[n];
       for (int sub = 0; sub < 2; ++sub) {
@@ -239,9 +244,13 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
         } else {
           x = std::move(sum);
         }
-        if (sub == 0) mid[n].add(x);
+        if (sub == 0) {
+          mid[n].add(x);
+          norms_mid[n].add(x);
+        }
       }
       fwd[n + 1].add(x);
+      norms[n + 1].add(x);
     }
     // Final LayerNorm (Pre-LN option): the gradient is given at its output.
     ops::Matrix g = sample_gradient(L, d, grad_top, rng);
@@ -271,6 +280,8 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
   for (auto& a : bwd) s.backward.push_back(a.grad_result());
   for (auto& a : mid) s.forward_mid.push_back(a.result());
   for (auto& a : bwd_mid) s.backward_mid.push_back(a.grad_result());
+  for (auto& a : norms) s.norm_var.push_back(a.norm_var_ratio());
+  for (auto& a : norms_mid) s.norm_var_mid.push_back(a.norm_var_ratio());
   for (std::size_t n = 0; n < N; ++n) {
     const auto& v = grad_norms[n];
     using sigprop::montecarlo::detail::mean_estimate;

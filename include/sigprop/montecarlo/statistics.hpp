@@ -137,7 +137,7 @@ class VectorMomentAccumulator {
     const Eigen::VectorXd q = centred.rowwise().squaredNorm();
     width_ = d;
     sq_norm_.push_back(q.mean());
-    sq_norm_sq_.push_back(q.squaredNorm() / static_cast<double>(q.size()));
+    sq_norm_within_.push_back((q.array() - q.mean()).square().mean());
     if (g.size() == 0) return;
     // Per row: (g . x_c/|x_c|)^2, (g . 1)^2/d and |g|^2/d.
     const Eigen::VectorXd along_x = g.cwiseProduct(centred).rowwise().sum().array().square() / q.array();
@@ -146,12 +146,23 @@ class VectorMomentAccumulator {
     energy_.push_back(g.squaredNorm() / d);
   }
 
-  /// Var[|x_c|^2] / (2 E[|x_c|^2]^2/(d - 1)), per trial around the pooled mean.
+  /// Var[|x_c|^2] / (2 E[|x_c|^2]^2/(d - 1)), split (law of total variance)
+  /// into the variance within a trial and that of the trial's mean row norm (the part all rows share:
+  /// weights, the part shared by all positions), per trial around the
+  /// pooled mean. The split keeps the shared part's fourth moment out of the
+  /// standard error (a single pooled second moment per trial carried it:
+  /// +-1.1 instead of +-0.04 at nu = 2.2 over 200 trials of 96 rows).
   Estimate norm_var_ratio() const {
     require(!sq_norm_.empty());
-    const double m = detail::mean_estimate(sq_norm_).value;
+    if (sq_norm_.size() < 2)
+      throw domain_error("sigprop::montecarlo::VectorMomentAccumulator: trials = 1 is outside the valid range [2, inf) "
+                         "(norm_var_ratio's standard error)");
+    const double m = detail::mean_estimate(sq_norm_).value, n = static_cast<double>(sq_norm_.size());
     std::vector<double> per_trial;
-    for (double q2 : sq_norm_sq_) per_trial.push_back((width_ - 1) / 2 * (q2 / (m * m) - 1));
+    for (std::size_t t = 0; t < sq_norm_.size(); ++t) {
+      const double shared = (sq_norm_[t] - m) * (sq_norm_[t] - m) * n / (n - 1);
+      per_trial.push_back((width_ - 1) / 2 * (sq_norm_within_[t] + shared) / (m * m));
+    }
     return detail::mean_estimate(per_trial);
   }
 
@@ -173,7 +184,7 @@ class VectorMomentAccumulator {
   }
 
   double width_ = 0;
-  std::vector<double> sq_norm_, sq_norm_sq_, along_activation_, along_mean_, energy_;
+  std::vector<double> sq_norm_, sq_norm_within_, along_activation_, along_mean_, energy_;
 };
 
 /// What one simulation of a component measured.
