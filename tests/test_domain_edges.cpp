@@ -839,8 +839,6 @@ std::vector<CliRow> cli_rows() {
       {sweep_shallow, "dropout", 0, 1, true, false, false, true},
       {sweep_shallow, "ffn-mult", 1, big, true, true, true},
       {{"sweep", "--d", "16", "--head-dim", "8", "--layers", "2"}, "seq", 2, big, true, true, true},
-      // d = 4 or 5 with one-wide heads: the dropout's norm fluctuation passes
-      // LayerNorm's (d - 1)/2 (the pole of trace), a clean status 2.
       // d: its upper end here; the lower end (4, and a multiple of --head-dim)
       // in "CLI word, list and pair flags".
       {{"sweep", "--head-dim", "1", "--seq", "8", "--layers", "2"}, "d", -inf, big, false, true, true},

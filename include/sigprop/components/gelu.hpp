@@ -312,7 +312,7 @@ class Gelu : public Component<Gelu<T>, T> {
       set_lane(out.corr_len, i, var > 0 ? quad.cov(lane(in.corr_len, i)) / var : lane(in.corr_len, i));
       set_lane(out.corr_dim, i, var > 0 ? quad.cov(lane(in.corr_dim, i)) / var : lane(in.corr_dim, i));
     });
-    out.norm_var_ratio = detail::activation_norm_var_ratio<Gelu>(in, &detail::GeluQuadrature<double>::value);
+    out.norm_var_ratio = detail::smooth_activation_norm_var_ratio<Gelu>(in, &detail::GeluQuadrature<double>::value);
     return out;
   }
 

@@ -189,7 +189,8 @@ class Relu : public Component<Relu<T>, T> {
     Moments<T> out;
     if constexpr (std::is_same_v<T, double>) out = widened(in) ? forward_in<long double>(in) : forward_in<T>(in);
     else out = forward_in<T>(in);
-    out.norm_var_ratio = detail::activation_norm_var_ratio<Relu>(in, [](double x) { return x > 0 ? x : 0.0; });
+    out.norm_var_ratio =
+        detail::activation_norm_rule(detail::relu_kurtosis_ratio(in.mean, in.var), norm_var_ratio_of(in));
     return out;
   }
 
