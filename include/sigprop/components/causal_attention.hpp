@@ -87,7 +87,7 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     const AttentionTerms<T> a = full_.terms(in);
     const SoftmaxSums<T> s = averages(in);
     Moments<T> out = full_.forward_with(a, s);
-    out.norm_var_ratio = full_.norm_var_ratio_with(in, a, s, T(1));
+    out.norm_var_ratio = full_.norm_var_ratio_with(in, a, s, T(0 * in.var + 1));  // one head
     return out;
   }
 
