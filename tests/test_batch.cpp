@@ -33,6 +33,13 @@ struct Lanes {
       in.push_back({zero_mean || i % 3 ? 0.0 : uniform(-1, 1), uniform(0.2, 3), uniform(0, 0.95),
                     i % 2 ? 0.0 : uniform(-0.002, 0.05)});
       grad.push_back({uniform(0.5, 2), uniform(0, 0.9)});
+      // The whole-vector moments away from their defaults in most lanes.
+      if (i % 4) {
+        in.back().norm_var_ratio = uniform(0.5, 2);
+        grad.back().align_activation = uniform(0.5, 1.5);
+        grad.back().align_mean = uniform(0.5, 1.5);
+        grad.back().norm_coupling = uniform(-0.05, 0.1);
+      }
     }
   }
   Batch pick(double Moments<double>::*m) const {
@@ -42,15 +49,17 @@ struct Lanes {
   }
   Moments<Batch> moments() const {
     return {pick(&Moments<double>::mean), pick(&Moments<double>::var), pick(&Moments<double>::corr_len),
-            pick(&Moments<double>::corr_dim)};
+            pick(&Moments<double>::corr_dim), pick(&Moments<double>::norm_var_ratio)};
+  }
+  Batch pick_grad(double GradMoments<double>::*m) const {
+    Batch b(static_cast<Eigen::Index>(grad.size()));
+    for (std::size_t i = 0; i < grad.size(); ++i) b(static_cast<Eigen::Index>(i)) = grad[i].*m;
+    return b;
   }
   GradMoments<Batch> grads() const {
-    Batch v(static_cast<Eigen::Index>(grad.size())), r(v.size());
-    for (std::size_t i = 0; i < grad.size(); ++i) {
-      v(static_cast<Eigen::Index>(i)) = grad[i].var;
-      r(static_cast<Eigen::Index>(i)) = grad[i].corr_len;
-    }
-    return {v, r};
+    return {pick_grad(&GradMoments<double>::var), pick_grad(&GradMoments<double>::corr_len),
+            pick_grad(&GradMoments<double>::align_activation), pick_grad(&GradMoments<double>::align_mean),
+            pick_grad(&GradMoments<double>::norm_coupling)};
   }
 };
 
@@ -70,8 +79,11 @@ void check_lanes(const Lanes& lanes, MakeScalar make_scalar, MakeBatch make_batc
     const GradMoments<double> b = one.backward(lanes.in[i], lanes.grad[i]);
     const auto k = static_cast<Eigen::Index>(i);
     for (double e : {rel(o.mean, out.mean(k)), rel(o.var, out.var(k)), std::abs(o.corr_len - out.corr_len(k)),
-                     std::abs(o.corr_dim - out.corr_dim(k)), rel(b.var, back.var(k)),
-                     std::abs(b.corr_len - back.corr_len(k))})
+                     std::abs(o.corr_dim - out.corr_dim(k)), rel(o.norm_var_ratio, out.norm_var_ratio(k)),
+                     rel(b.var, back.var(k)), std::abs(b.corr_len - back.corr_len(k)),
+                     std::abs(b.align_activation - back.align_activation(k)),
+                     std::abs(b.align_mean - back.align_mean(k)),
+                     std::abs(b.norm_coupling - back.norm_coupling(k))})
       worst = std::max(worst, e);
   }
   INFO("largest lane difference " << worst);
@@ -232,6 +244,10 @@ TEST_CASE("trace_batch equals trace lane by lane for every stack", "[batch]") {
           const TraceRow &a = one.rows[n], &b = lane.rows[n];
           for (double e : {rel(a.forward.var, b.forward.var), std::abs(a.forward.corr_len - b.forward.corr_len),
                            rel(a.backward.var, b.backward.var), std::abs(a.backward.corr_len - b.backward.corr_len),
+                           rel(a.forward.norm_var_ratio, b.forward.norm_var_ratio),
+                           std::abs(a.backward.align_activation - b.backward.align_activation),
+                           std::abs(a.backward.align_mean - b.backward.align_mean),
+                           std::abs(a.backward.norm_coupling - b.backward.norm_coupling),
                            std::abs(a.residual_share - b.residual_share), rel(a.branch_var, b.branch_var),
                            // The domain measures are compared with limits of order 1; near
                            // r = 1 the score variance is a small difference (1 - r), so it

@@ -36,7 +36,8 @@ void check_trace(const Trace& t, const std::string& what) {
            f.corr_len >= -1 && f.corr_len <= 1 && f.corr_dim >= -1 && f.corr_dim <= 1 &&
            std::isfinite(g.var) && g.var >= 0 && g.corr_len >= -1 && g.corr_len <= 1 &&
            std::isfinite(f.norm_var_ratio) && f.norm_var_ratio >= 0 && std::isfinite(g.align_activation) &&
-           g.align_activation >= 0 && std::isfinite(g.align_mean) && g.align_mean >= 0;
+           g.align_activation >= 0 && std::isfinite(g.align_mean) && g.align_mean >= 0 &&
+           std::isfinite(g.norm_coupling);
   };
   auto visit = [&](const TraceRow& r, const char* where) {
     if (row_ok(r)) return;

@@ -188,6 +188,7 @@ GradMoments<double> grad_with(const std::string& field, double v) {
   if (field == "grad_corr_len") g.corr_len = v;
   if (field == "grad_align_activation") g.align_activation = v;
   if (field == "grad_align_mean") g.align_mean = v;
+  if (field == "grad_norm_coupling") g.norm_coupling = v;
   return g;
 }
 
@@ -210,6 +211,7 @@ std::vector<Row> moment_rows(const std::string& function, C c, Moments<double> b
       {function, "grad_corr_len", -1, 1, true, true, bwd("grad_corr_len")},
       {function, "grad_align_activation", 0, inf, true, false, bwd("grad_align_activation")},
       {function, "grad_align_mean", 0, inf, true, false, bwd("grad_align_mean")},
+      {function, "grad_norm_coupling", -inf, inf, false, false, bwd("grad_norm_coupling")},
   };
 }
 

@@ -330,7 +330,7 @@ inline std::string describe_grad(const GradMoments<double>& g) {
   std::ostringstream s;
   s.precision(17);
   s << "{var " << g.var << ", corr_len " << g.corr_len << ", align_activation " << g.align_activation
-    << ", align_mean " << g.align_mean << "}";
+    << ", align_mean " << g.align_mean << ", norm_coupling " << g.norm_coupling << "}";
   return s.str();
 }
 
@@ -348,7 +348,7 @@ inline std::string check_result(const char* what, const Moments<double>& m) {
 
 inline std::string check_result(const char* what, const GradMoments<double>& g) {
   if (detail::is_variance(g.var) && detail::is_correlation(g.corr_len) && std::isfinite(g.align_activation) &&
-      std::isfinite(g.align_mean))
+      std::isfinite(g.align_mean) && std::isfinite(g.norm_coupling))
     return "";
   return std::string(what) + " = " + detail::describe_grad(g);
 }
@@ -376,9 +376,12 @@ inline GradMoments<double> fuzzed_grad(ByteReader& in) {
   GradMoments<double> g;
   g.var = in.value();
   g.corr_len = in.correlation();
-  if (in.byte() % 4 == 0) {
+  const int extra = in.byte() % 4;
+  if (extra == 0) {
     g.align_activation = in.value();
     g.align_mean = in.value();
+  } else if (extra == 1) {
+    g.norm_coupling = in.value();
   }
   return g;
 }

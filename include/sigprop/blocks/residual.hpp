@@ -70,6 +70,7 @@ class Residual : public Component<Residual<T, Branch>, T> {
   static constexpr const char* name = "sigprop::Residual";
   static constexpr bool exact_forms = Branch::exact_forms;
   static constexpr int homogeneity = Branch::homogeneity == 1 ? 1 : -1;
+  static constexpr bool sets_norm_coupling = true;
 
   /// `skip_scale` is lambda and `branch_scale` is beta (both 1 for a plain residual).
   Residual(Branch branch, T skip_scale = T(1), T branch_scale = T(1))
@@ -129,10 +130,20 @@ class Residual : public Component<Residual<T, Branch>, T> {
     const T skip_share = math::ratio_or(a, a + b, 1), along_sum = align_activation_of(g);
     GradMoments<T> to_branch = g;
     to_branch.align_activation = (1 - skip_share) * along_sum + skip_share;
+    // Coupling of g to the input's row norm: g sees the norm of s = lambda x
+    // + beta f only, whose log-norm regresses on x's with slope
+    // Cov[u_s, u_x]/Var[u_s] = skip_share nu_x/nu_s (the norm fluctuations of
+    // x and f independent; sum_of()'s nu_s).
+    const T nu_sum = norm_var_ratio_of(sum_of(in, f));
+    const T coupling_in = skip_share * math::ratio_or(norm_var_ratio_of(in), nu_sum, 0) * norm_coupling_of(g);
+    to_branch.norm_coupling = coupling_in;
     const GradMoments<T> through = branch_backward(in, states, to_branch);
     const T skip_part = skip2 * g.var, branch_part = branch2 * through.var;
     GradMoments<T> out;
     out.var = skip_part + branch_part + skip_branch_cross(g.var, along_sum, math::ratio_or(b, a + b, 0));
+    // The log-energy of the sum of the two terms: their energy-weighted mean.
+    out.norm_coupling =
+        math::ratio_or(skip_part * coupling_in + branch_part * norm_coupling_of(through), skip_part + branch_part, 0);
     out.corr_len = math::ratio_or(skip_part * g.corr_len + branch_part * through.corr_len, out.var, 0);
     out.align_mean =
         math::ratio_or(skip_part * align_mean_of(g) + branch_part * align_mean_of(through), out.var, 1);

@@ -264,6 +264,7 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
  public:
   static constexpr const char* name = "sigprop::LayerNorm";
   static constexpr int homogeneity = 0;
+  static constexpr bool sets_norm_coupling = true;
 
   /// `d`: the number of hidden units normalized over; an integer >= 4.
   explicit LayerNorm(T d) : d_(d) {
@@ -301,11 +302,18 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
     const T aligned = align_mean_of(g) + align_activation_of(g);
     require_aligned_energy(aligned);
     GradMoments<T> out;
-    out.var = g.var * (d_ - aligned) * detail::inverse_norm_factor(norm_var_ratio_of(in), T(d_ - 1)) /
+    using std::exp;
+    const T nu = norm_var_ratio_of(in), coupling = norm_coupling_of(g);
+    // E[|P g_i|^2 m/Q_i] = E|P g|^2 E[m/Q] e^{c} for log-normal row energies
+    // with Cov[log |g_i|^2, log(m/Q_i)] = c (the header comment).
+    out.var = g.var * (d_ - aligned) * detail::inverse_norm_factor(nu, T(d_ - 1)) * exp(coupling) /
               ((d_ - 1) * centered_var);
     out.corr_len = g.corr_len * grad_corr_factor(in.corr_len) / slope_at_one;
     out.align_activation = 0 * g.var;
     out.align_mean = 0 * g.var;
+    // g_in,i = P g_i / sd(x_i): the input gradient's log-energy gains
+    // log(m/Q_i), of variance Var[Q]/m^2 = 2 nu/(d - 1).
+    out.norm_coupling = coupling + 2 * nu / (d_ - 1);
     return out;
   }
 

@@ -43,6 +43,7 @@ class RmsNorm : public Component<RmsNorm<T>, T> {
  public:
   static constexpr const char* name = "sigprop::RmsNorm";
   static constexpr int homogeneity = 0;
+  static constexpr bool sets_norm_coupling = true;
 
   /// `d`: the number of hidden units normalized over, an integer >= 3;
   /// `gain`: the gain g0 > 0 every unit is multiplied by (its initial value).

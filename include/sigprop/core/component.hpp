@@ -55,11 +55,14 @@ class Component {
     GradMoments<T> out = self().backward_impl(in, grad_out);
     out.align_activation = align_activation_of(out);  // a batch left unset: 1 in every lane
     out.align_mean = align_mean_of(out);
-    if (!all_finite(out.var, out.corr_len, out.align_activation, out.align_mean)) {
+    // A map that does not divide by a norm keeps the gradient's coupling to it.
+    out.norm_coupling = Derived::sets_norm_coupling ? norm_coupling_of(out) : norm_coupling_of(grad_out);
+    if (!all_finite(out.var, out.corr_len, out.align_activation, out.align_mean, out.norm_coupling)) {
       check_result(Derived::name, "grad_var", out.var);
       check_result(Derived::name, "grad_corr_len", out.corr_len);
       check_result(Derived::name, "grad_align_activation", out.align_activation);
       check_result(Derived::name, "grad_align_mean", out.align_mean);
+      check_result(Derived::name, "grad_norm_coupling", out.norm_coupling);
     }
     out.align_activation = math::nonnegative_or_zero(out.align_activation);
     out.align_mean = math::nonnegative_or_zero(out.align_mean);
@@ -84,6 +87,11 @@ class Component {
   /// Euler's theorem x . J^T g = k f(x) . g, which is how a residual sum
   /// carries the gradient's alignment with the activation (Residual).
   static constexpr int homogeneity = -1;
+
+  /// Whether backward_impl sets the gradient's norm_coupling (normalizations
+  /// and the combinators that contain them); otherwise backward() keeps the
+  /// output gradient's.
+  static constexpr bool sets_norm_coupling = false;
 
   /// Whether the map acts entry by entry (its output has the input's width).
   static constexpr bool elementwise = false;

@@ -5,10 +5,10 @@
 // positions x hidden units); corr_len is r^l (correlation of two positions in
 // the same hidden unit), corr_dim is r^d (two hidden units of one position).
 //
-// Three further moments describe one position's vector as a whole; only the
+// Four further moments describe one position's vector as a whole; only the
 // normalizations' backward maps read them (docs/components/layernorm.md,
-// "Norm fluctuation and gradient alignment"), every other map keeps or
-// resets them:
+// "Norm fluctuation and gradient alignment", "Gradient coupled to the row
+// norm"), every other map keeps or resets them:
 //   norm_var_ratio    Var[|x_c|^2] of the centred vector in units of its
 //                     Gaussian value 2 E[|x_c|^2]^2/(d - 1): 1 for Gaussian
 //                     entries, 0 for a normalization's output (norm sqrt(d));
@@ -17,6 +17,9 @@
 //                     isotropic in R^d, 0 after a normalization's backward;
 //   align_mean        E[(g . 1/sqrt(d))^2] / (E|g|^2/d) = 1 + (d - 1) Corr[g_ij, g_ik]
 //                     along the all-ones direction, 0 after LayerNorm's backward.
+//   norm_coupling     Cov[log |g_i|^2, log(1/|x_c,i|^2)]: 0 for a gradient
+//                     independent of the row norms (the top of a stack);
+//                     normalizations and residual sums change it.
 // In a Post-LN stack both differ from 1 by O(1), which moves each LayerNorm's
 // gradient factor by O(1/d) and the whole stack's by O(N/d).
 #pragma once
@@ -39,6 +42,26 @@ T one_by_default() {
   if constexpr (is_scalar_v<T>) return T(1);
   else if constexpr (T::SizeAtCompileTime == Eigen::Dynamic) return T();
   else return T::Ones();
+}
+
+// The default of a coupling moment, 0; a dynamic batch starts empty, which
+// lanes_or_zero() reads as 0 in every lane.
+template <class T>
+T zero_by_default() {
+  if constexpr (is_scalar_v<T>) return T(0);
+  else if constexpr (T::SizeAtCompileTime == Eigen::Dynamic) return T();
+  else return T::Zero();
+}
+
+// `value`, or 0 in every lane of `like` where a batch left `value` unset (empty).
+template <class T>
+T lanes_or_zero(const T& value, const T& like) {
+  if constexpr (is_scalar_v<T>) {
+    (void)like;
+    return value;
+  } else {
+    return value.size() == like.size() ? value : T(0 * like);
+  }
 }
 
 // `value`, or 1 in every lane of `like` where a batch left `value` unset (empty).
@@ -88,6 +111,12 @@ struct GradMoments {
   /// E[(g . 1/sqrt(d))^2] / (E|g|^2/d): 1 isotropic (the default), 0 after
   /// LayerNorm's backward (its input gradient sums to zero over the units).
   T align_mean = detail::one_by_default<T>();
+  /// Cov[log |g_i|^2, log(1/|x_c,i|^2)] over positions i (and models): how
+  /// much larger the gradient is where the residual stream's row norm is
+  /// small. 0 for a gradient independent of the activation (the default);
+  /// every normalization's backward adds the relative variance of the norm
+  /// it divides by, 2 nu/(d - 1), and a residual sum carries it to its input.
+  T norm_coupling = detail::zero_by_default<T>();
 
   T cov_len() const { return corr_len * var; }
 };
@@ -102,6 +131,12 @@ T align_activation_of(const GradMoments<T>& g) {
 template <class T>
 T align_mean_of(const GradMoments<T>& g) {
   return detail::lanes_or_one(g.align_mean, g.var);
+}
+
+/// g.norm_coupling (0 in the lanes of a batch that left it unset).
+template <class T>
+T norm_coupling_of(const GradMoments<T>& g) {
+  return detail::lanes_or_zero(g.norm_coupling, g.var);
 }
 
 /// The input gradient {var, corr_len} of a map y = f(x) that keeps the output

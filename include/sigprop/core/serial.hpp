@@ -23,6 +23,7 @@ class Serial : public Component<Serial<T, Parts...>, T> {
   static constexpr const char* name = "sigprop::Serial";
   static constexpr std::size_t size = sizeof...(Parts);
   static constexpr bool exact_forms = (Parts::exact_forms && ...);
+  static constexpr bool sets_norm_coupling = true;  // each part's backward carries it
   /// Degrees multiply along the chain; once a part of degree 0 has seen a
   /// homogeneous input, the rest sees an input that does not depend on t.
   static constexpr int homogeneity = [] {

@@ -117,6 +117,7 @@ void require_grad_moments(const char* function, const GradMoments<T>& g) {
   require_correlation(function, "grad_corr_len", g.corr_len);
   require_variance(function, "grad_align_activation", align_activation_of(g));
   require_variance(function, "grad_align_mean", align_mean_of(g));
+  require_finite(function, "grad_norm_coupling", norm_coupling_of(g));
 }
 
 /// Whether every lane of every value is finite (one pass; the checks that

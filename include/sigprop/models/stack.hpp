@@ -399,7 +399,7 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
     BasicTraceRow<Batch> r;
     r.layer = layer;
     r.forward = {Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes)};
-    r.backward = {Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes)};
+    r.backward = {Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes)};
     r.domain = {Batch(lanes), Batch(lanes), Batch(lanes)};
     r.branch_var = r.residual_share = Batch(lanes);
     return r;
@@ -419,6 +419,7 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
     put(from.backward.corr_len, to.backward.corr_len);
     put(from.backward.align_activation, to.backward.align_activation);
     put(from.backward.align_mean, to.backward.align_mean);
+    put(from.backward.norm_coupling, to.backward.norm_coupling);
     put(from.domain.score_var, to.domain.score_var);
     put(from.domain.key_weight, to.domain.key_weight);
     put(from.domain.width_term, to.domain.width_term);
@@ -438,7 +439,8 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
   Moments<BatchChunk> input;
   const GradMoments<BatchChunk> top{BatchChunk::Constant(grad_top.var), BatchChunk::Constant(grad_top.corr_len),
                                     BatchChunk::Constant(grad_top.align_activation),
-                                    BatchChunk::Constant(grad_top.align_mean)};
+                                    BatchChunk::Constant(grad_top.align_mean),
+                                    BatchChunk::Constant(grad_top.norm_coupling)};
   for (std::size_t start = 0; start < n; start += batch_chunk) {
     const std::size_t count = std::min<std::size_t>(batch_chunk, n - start);
     for (int j = 0; j < batch_chunk; ++j) {
@@ -489,7 +491,7 @@ inline Trace lane_of(const BatchTrace& b, std::size_t i) {
     o.forward = {lane(r.forward.mean, i), lane(r.forward.var, i), lane(r.forward.corr_len, i),
                  lane(r.forward.corr_dim, i), lane(r.forward.norm_var_ratio, i)};
     o.backward = {lane(r.backward.var, i), lane(r.backward.corr_len, i), lane(r.backward.align_activation, i),
-                  lane(r.backward.align_mean, i)};
+                  lane(r.backward.align_mean, i), lane(r.backward.norm_coupling, i)};
     o.domain = lane_of(r.domain, i);
     o.branch_var = lane(r.branch_var, i);
     o.residual_share = lane(r.residual_share, i);
