@@ -34,44 +34,26 @@ namespace sigprop {
 
 namespace detail {
 
-// The default of the whole-vector moments, 1 (Gaussian, isotropic). A
-// dynamic batch cannot know its lane count here, so it starts empty, which
-// lanes_or_one() reads as 1 in every lane.
-template <class T>
-T one_by_default() {
-  if constexpr (is_scalar_v<T>) return T(1);
+// The default of a whole-vector moment: `value` (1 for the Gaussian,
+// isotropic ones, 0 for the coupling). A dynamic batch cannot know its lane
+// count here, so it starts empty, which lanes_or() reads as `value` in every
+// lane.
+template <class T, int value>
+T by_default() {
+  if constexpr (is_scalar_v<T>) return T(value);
   else if constexpr (T::SizeAtCompileTime == Eigen::Dynamic) return T();
-  else return T::Ones();
+  else return T::Constant(value);
 }
 
-// The default of a coupling moment, 0; a dynamic batch starts empty, which
-// lanes_or_zero() reads as 0 in every lane.
-template <class T>
-T zero_by_default() {
-  if constexpr (is_scalar_v<T>) return T(0);
-  else if constexpr (T::SizeAtCompileTime == Eigen::Dynamic) return T();
-  else return T::Zero();
-}
-
-// `value`, or 0 in every lane of `like` where a batch left `value` unset (empty).
-template <class T>
-T lanes_or_zero(const T& value, const T& like) {
+// `value`, or `fallback` in every lane of `like` where a batch left `value`
+// unset (empty).
+template <int fallback, class T>
+T lanes_or(const T& value, const T& like) {
   if constexpr (is_scalar_v<T>) {
     (void)like;
     return value;
   } else {
-    return value.size() == like.size() ? value : T(0 * like);
-  }
-}
-
-// `value`, or 1 in every lane of `like` where a batch left `value` unset (empty).
-template <class T>
-T lanes_or_one(const T& value, const T& like) {
-  if constexpr (is_scalar_v<T>) {
-    (void)like;
-    return value;
-  } else {
-    return value.size() == like.size() ? value : T(0 * like + 1);
+    return value.size() == like.size() ? value : T(0 * like + fallback);
   }
 }
 
@@ -86,7 +68,7 @@ struct Moments {
   T corr_dim{0};  ///< r^d: Corr[x_{i,j}, x_{i,k}], j != k (along hidden dimension)
   /// Var[|x_c|^2] / (2 E[|x_c|^2]^2 / (d - 1)) for one position's centred
   /// vector x_c: 1 for Gaussian entries (the default), 0 after a normalization.
-  T norm_var_ratio = detail::one_by_default<T>();
+  T norm_var_ratio = detail::by_default<T, 1>();
 
   /// Covariance of two positions in one hidden unit: corr_len * var.
   T cov_len() const { return corr_len * var; }
@@ -97,7 +79,7 @@ struct Moments {
 /// m.norm_var_ratio (1 in the lanes of a batch that left it unset).
 template <class T>
 T norm_var_ratio_of(const Moments<T>& m) {
-  return detail::lanes_or_one(m.norm_var_ratio, m.var);
+  return detail::lanes_or<1>(m.norm_var_ratio, m.var);
 }
 
 /// Backward moments of the gradient dLoss/dx (its mean is zero throughout).
@@ -107,16 +89,16 @@ struct GradMoments {
   T corr_len{0};  ///< Corr[g_{i,j}, g_{k,j}], i != k
   /// E[(g . x_c/|x_c|)^2] / (E|g|^2/d) with x the forward activation at the
   /// same point: 1 isotropic (the default), 0 after a normalization's backward.
-  T align_activation = detail::one_by_default<T>();
+  T align_activation = detail::by_default<T, 1>();
   /// E[(g . 1/sqrt(d))^2] / (E|g|^2/d): 1 isotropic (the default), 0 after
   /// LayerNorm's backward (its input gradient sums to zero over the units).
-  T align_mean = detail::one_by_default<T>();
+  T align_mean = detail::by_default<T, 1>();
   /// Cov[log |g_i|^2, log(1/|x_c,i|^2)] over positions i (and models): how
   /// much larger the gradient is where the residual stream's row norm is
   /// small. 0 for a gradient independent of the activation (the default);
   /// every normalization's backward adds the relative variance of the norm
   /// it divides by, 2 nu/(d - 1), and a residual sum carries it to its input.
-  T norm_coupling = detail::zero_by_default<T>();
+  T norm_coupling = detail::by_default<T, 0>();
 
   T cov_len() const { return corr_len * var; }
 };
@@ -124,19 +106,19 @@ struct GradMoments {
 /// g.align_activation (1 in the lanes of a batch that left it unset).
 template <class T>
 T align_activation_of(const GradMoments<T>& g) {
-  return detail::lanes_or_one(g.align_activation, g.var);
+  return detail::lanes_or<1>(g.align_activation, g.var);
 }
 
 /// g.align_mean (1 in the lanes of a batch that left it unset).
 template <class T>
 T align_mean_of(const GradMoments<T>& g) {
-  return detail::lanes_or_one(g.align_mean, g.var);
+  return detail::lanes_or<1>(g.align_mean, g.var);
 }
 
 /// g.norm_coupling (0 in the lanes of a batch that left it unset).
 template <class T>
 T norm_coupling_of(const GradMoments<T>& g) {
-  return detail::lanes_or_zero(g.norm_coupling, g.var);
+  return detail::lanes_or<0>(g.norm_coupling, g.var);
 }
 
 /// The input gradient {var, corr_len} of a map y = f(x) that keeps the output
