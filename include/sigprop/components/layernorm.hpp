@@ -50,7 +50,11 @@
 // factor is ~d/(d - 1), not (d - 2)/(d - 3). The correlation keeps the
 // Gaussian slope ratio. Outputs: nu_r = 0 (every row has squared norm d);
 // the input gradient has a_1 = a_x = 0 (P removes both directions).
-// nu_r >= (d - 1)/2 has no finite E[1/Q] and is rejected.
+// A gradient coupled to the row norm (norm_coupling c = Cov[log |g_i|^2,
+// log(m/Q_i)], a Pre-LN stack's LayerNorms above) multiplies the variance
+// by e^c (log-normal row energies), and the input gradient carries
+// c + 2 nu_r/(d - 1) (docs/components/layernorm.md, "Gradient coupled to
+// the row norm").
 #pragma once
 
 #include <cmath>
