@@ -1,6 +1,7 @@
 // The softmax concentration factors (components/detail/softmax_concentration.hpp)
 // G(a, n) = n^2 E[p_1^2] e^{-a} and J(a, n) = n^2 E[p_1^2 (1 - 2 p_1 +
-// sum_k p_k^2)] e^{-a}: the tables against the exact quadrature, their
+// sum_k p_k^2)] e^{-a}, their slopes in the logits' kurtosis and the tilt
+// factors C and O: the tables against the exact quadrature, their
 // continuations beyond the tables, Monte Carlo with real softmaxes, and float
 // and batched lanes.
 #include "catch.hpp"
@@ -320,4 +321,112 @@ TEST_CASE("Softmax concentration: float and batched lanes", "[softmax][concentra
   CHECK((softmax_concentration(a + 0.1, n) == softmax_concentration(a_up, n)).all());
   CHECK((softmax_jacobian_concentration(a + 0.1, n) == softmax_jacobian_concentration(a_up, n)).all());
   CHECK((softmax_jacobian_concentration(a_up, n * 1.0) == softmax_jacobian_concentration(a_up, n)).all());
+}
+
+TEST_CASE("Softmax kurtosis slopes and tilt factors: tables against the exact quadrature",
+          "[softmax][concentration]") {
+  // examples/concentration_table --check 4000: absolute error at most 5.4e-4
+  // (D_G, D_J, where they reach ~20) and 7.7e-4 (C, O, at n ~ 2); RMS 8e-5 and
+  // 3e-5. The bound here is 2e-3.
+  using sigprop::detail::softmax_kurtosis_slope;
+  using sigprop::detail::softmax_kurtosis_slopes_exact;
+  using sigprop::detail::softmax_tilt_cross;
+  using sigprop::detail::softmax_tilt_factors_exact;
+  using sigprop::detail::softmax_tilt_own;
+  sigprop::montecarlo::Random rng(31);
+  const double u_last = std::log(table::n_max);
+  for (int k = 0; k < 12; ++k) {
+    const double r = rng.uniform();
+    const double a = table::a_max * (k % 2 ? r : r * r);
+    const double n = std::exp(table::u_first + (u_last - table::u_first) * rng.uniform());
+    INFO("a = " << a << ", n = " << n);
+    const auto slopes = softmax_kurtosis_slopes_exact(a, n);
+    const auto tilt = softmax_tilt_factors_exact(a, n);
+    CHECK(std::abs(softmax_kurtosis_slope(table::slope_g, a, n) - slopes.g) < 2e-3);
+    CHECK(std::abs(softmax_kurtosis_slope(table::slope_j, a, n) - slopes.j) < 2e-3);
+    CHECK(std::abs(softmax_tilt_cross(a, n) - tilt.cross) < 2e-3);
+    CHECK(std::abs(softmax_tilt_own(a, n) - tilt.own) < 2e-3);
+  }
+  // a = 0: no slope; p = 1/n, S_m = n^{1-m}, exactly.
+  for (double n : {2.0, 300.0}) {
+    CHECK(softmax_kurtosis_slopes_exact(0, n).g == 0);
+    CHECK(softmax_tilt_factors_exact(0, n).cross == Approx(1 - 5 / n + 10 / (n * n) - 6 / (n * n * n)));
+    CHECK(softmax_tilt_factors_exact(0, n).own == Approx(4 / n - 10 / (n * n) + 6 / (n * n * n)));
+  }
+  // One key pair at n = 2 and a = 0: C = 2 (1/4)(1 - 1 - 1 + 6/4) = 1/4.
+  CHECK(softmax_tilt_factors_exact(0, 2).cross == Approx(0.25).epsilon(1e-15));
+  // Large n at fixed a: the cumulant limit D_G -> 7 a^2/12; C -> 1, O -> 0 like 1/n.
+  CHECK(softmax_kurtosis_slopes_exact(1, 1e7).g == Approx(7.0 / 12).epsilon(1e-3));
+  CHECK(softmax_tilt_cross(1.0, 1e9) == Approx(1 - (1 - softmax_tilt_cross(1.0, table::n_max)) / 100));
+  CHECK(softmax_tilt_own(1.0, 1e9) == Approx(softmax_tilt_own(1.0, table::n_max) / 100));
+  // Batched lanes equal the scalar function.
+  Eigen::ArrayXd a(3), n(3);
+  a << 0.5, 2.56, 11;
+  n << 128, 3, 2e7;
+  const Eigen::ArrayXd c = softmax_tilt_cross(a, n);
+  for (int i = 0; i < 3; ++i) CHECK(c(i) == softmax_tilt_cross(a(i), n(i)));
+}
+
+TEST_CASE("Softmax tilt factors and kurtosis slope: Monte Carlo with real softmaxes",
+          "[softmax][concentration][montecarlo]") {
+  // Rows delta_k ~ N(0, I_d) and logits s_k = w . delta_k, |w|^2 = a: Stein's
+  // lemma gives E[sum_{k != l} p_k p_l delta_k . delta_l] = a C and
+  // E[sum_k p_k^2 |delta_k|^2] = d E[S2] + a O exactly. The first-order forms
+  // (1 - S2)^2 and S2 miss both by more than 10 standard errors. Then rows
+  // scaled to norm sqrt(d) (a logit kurtosis of -6/(d + 2)): E[S2] changes
+  // by e^{kappa D_G}, within 5 standard errors plus 10 % of the change (the
+  // first order in kappa; the rows are not a scale mixture of Gaussians).
+  const int d = 64, n = 32;
+  const double a = 2;
+  const long trials = 40000;
+  sigprop::montecarlo::Random rng(53);
+  Eigen::VectorXd w = rng.normal_matrix(d, 1).col(0);
+  w *= std::sqrt(a) / w.norm();
+  double cross = 0, cross_sq = 0, own = 0, own_sq = 0, s2 = 0, s2_sq = 0, s2_fixed = 0, s2_fixed_sq = 0;
+  for (long t = 0; t < trials; ++t) {
+    const Eigen::MatrixXd x = rng.normal_matrix(n, d);
+    for (int fixed = 0; fixed < 2; ++fixed) {
+      Eigen::MatrixXd rows = x;
+      if (fixed) rows = (x.rowwise().norm().cwiseInverse() * std::sqrt(static_cast<double>(d))).asDiagonal() * x;
+      Eigen::ArrayXd s = (rows * w).array();
+      s -= s.maxCoeff();
+      const Eigen::ArrayXd e = s.exp(), p = e / e.sum();
+      const double sum_sq = p.square().sum();
+      if (fixed) {
+        s2_fixed += sum_sq, s2_fixed_sq += sum_sq * sum_sq;
+        continue;
+      }
+      const Eigen::VectorXd z = rows.transpose() * p.matrix();
+      const Eigen::ArrayXd norms = rows.rowwise().squaredNorm().array();
+      const double own_sample = (p.square() * norms).sum(), cross_sample = z.squaredNorm() - own_sample;
+      cross += cross_sample, cross_sq += cross_sample * cross_sample;
+      own += own_sample - d * sum_sq, own_sq += std::pow(own_sample - d * sum_sq, 2);
+      s2 += sum_sq, s2_sq += sum_sq * sum_sq;
+    }
+  }
+  const auto mean_se = [trials](double sum, double sum_sq) {
+    const double m = sum / trials;
+    return std::pair<double, double>{m, std::sqrt((sum_sq / trials - m * m) / trials)};
+  };
+  const auto [c_mc, c_se] = mean_se(cross, cross_sq);
+  const auto [o_mc, o_se] = mean_se(own, own_sq);
+  const auto [s2_mc, s2_se] = mean_se(s2, s2_sq);
+  const auto [f_mc, f_se] = mean_se(s2_fixed, s2_fixed_sq);
+  const auto tilt = sigprop::detail::softmax_tilt_factors_exact(a, n);
+  const double g = softmax_concentration(a, n), s2_exact = g * std::exp(a) / n;
+  std::printf("tilt: cross %.5f +- %.5f (a C = %.5f, first order %.5f); own %.5f +- %.5f (a O = %.5f, first "
+              "order %.5f)\n",
+              c_mc, c_se, a * tilt.cross, a * std::pow(1 - s2_exact, 2), o_mc, o_se, a * tilt.own, a * s2_exact);
+  CHECK(std::abs(s2_mc - s2_exact) < 5 * s2_se);
+  CHECK(std::abs(c_mc - a * tilt.cross) < 5 * c_se);
+  CHECK(std::abs(o_mc - a * tilt.own) < 5 * o_se);
+  CHECK(std::abs(c_mc - a * std::pow(1 - s2_exact, 2)) > 10 * c_se);
+  CHECK(std::abs(o_mc - a * s2_exact) > 10 * o_se);
+  // Rows of fixed norm.
+  const double kurtosis = -6.0 / (d + 2);
+  const double predicted = s2_exact * std::exp(kurtosis * sigprop::detail::softmax_kurtosis_slope(table::slope_g, a, 32.0));
+  std::printf("fixed-norm rows: E[S2] %.5f +- %.5f, predicted %.5f (Gaussian rows %.5f)\n", f_mc, f_se, predicted,
+              s2_exact);
+  CHECK(std::abs(f_mc - predicted) < 5 * f_se + 0.1 * std::abs(predicted - s2_exact));
+  CHECK(std::abs(f_mc - s2_exact) > 5 * f_se);
 }

@@ -34,9 +34,17 @@
 //   F_cov = e^{rho sigma^2 + (1 + rho^2) c sigma^4 / 2} / (1 + (1/G - 1) share),
 //   share = (e^{rho sigma^2} - 1)/(e^{sigma^2} - 1).
 // Then, for the output before V, O = dropout(P) X:
-//   E[O^2]   = common + gamma^2 (1 - F_var/L)^2 + F_var (pos_var + gamma^2)/L
-//              + p/(1 - p) F_var (m2 + 4 gamma^2)/L
+//   E[O^2]   = common + gamma^2 C + F_var pos_var/L + nu_pos gamma^2 O
+//              + p/(1 - p) (F_var m2/L + nu_pos gamma^2 O)
 //   Cov_len  = common + rho gamma^2 (1 - F_var/L)^2 + F_cov (pos_var + rho gamma^2)/L
+// with the tilt factors C = E[1 - 5 S2 + 4 S3 + 6 S2^2 - 6 S4] and O = E[4 S2
+// - 10 S3 + 6 S4] (S_m = sum_k P_ik^m; Stein's lemma, exact for Gaussian rows
+// given the query: detail/softmax_concentration.hpp) and nu_pos below (1 for
+// Gaussian rows, 0 for rows of fixed norm, whose own terms carry no tilt).
+// The form used before, gamma^2 (1 - F_var/L)^2 + F_var (pos_var + gamma^2)/L,
+// agrees to first order in S2 = F_var/L (its two errors, +3 S2 gamma^2 and
+// -3 S2 gamma^2, cancel): at sigma^2 = 2.56, L = 128 it was 1.4 % high for
+// Gaussian rows, 9.7 % for rows of fixed norm (now 0.3 %, 0.9 %).
 // and Y = O Wv multiplies both by d_in v_var (Linear, B.2). mean 0, and r^d_out
 // = 0: distinct value units use independent columns of Wv.
 // Backward, value path dX = dropout(P)^T g Wv^T (B.8's backward), with the
@@ -79,6 +87,17 @@
 // vanishes exactly (dP_ik is constant along k); at r = 1, p > 0 only the
 // dropout term of Var_K remains, exact (n = 1 - 1/L, shared4 = E|x|^4 / d_in^2).
 //
+// Keys of rows with a fixed norm (a LayerNorm's output, norm_var_ratio nu =
+// 0) make one query's scores lighter-tailed than Gaussian, excess kurtosis
+//   kappa = 6 (nu_pos - 1)/(d_in + 1),  nu_pos = (2 rho + nu (1 - rho))/(1 + rho)
+// (a score is |w_i| |x_k| times a coordinate of a uniform direction in
+// d_in - 1 dimensions, of kurtosis 3 (d_in - 1)/(d_in + 1); nu_pos is the
+// norm fluctuation of the position-specific part, whose squared norm is
+// 2 rho/(1 + rho) independent of the row's and (1 - rho)/(1 + rho) explained
+// by it for Gaussian rows). G and J change by e^{kappa D_G}, e^{kappa D_J}
+// (the kurtosis slopes of detail/softmax_concentration.hpp): F_var -2 % at
+// sigma^2 = 1, -4.7 % at 2.56 for d_in = 128, L = 128, nu = 0, rho = 0.
+//
 // Assumptions: Gaussian input, zero-mean weights; the hidden correlation r^d
 // belongs to the position-specific part (the convention of
 // montecarlo::sample_activations) and is capped there by Cauchy-Schwarz; the
@@ -114,6 +133,9 @@ struct AttentionTerms {
   T weight_cross;  ///< F_cov = L E[sum_k P_ik P_mk], i != m
   T weight_jacobian;  ///< F_jac = L E[sum_k P_ik^2 (1 - 2 P_ik + sum_l P_il^2)] (softmax Jacobian)
   T width_term;    ///< c sigma^4, the second-order query-norm fluctuation term
+  T pos_norm_var;  ///< nu_pos, the norm fluctuation of a row's position-specific part (1: Gaussian)
+  T tilt_cross;    ///< C, the weighted average's tilt E[sum_{k!=l} P_ik P_il ...] per gamma^2
+  T tilt_own;      ///< O, the weight of longer rows E[sum_k P_ik^2 |x_k|^2] - E[S2] d per gamma^2 d
 };
 
 /// The sums over the softmax weights that the closed forms use, per query i
@@ -139,6 +161,11 @@ struct SoftmaxSums {
   /// shrink of the query with fewer keys. Full attention: ~1, not applied.
   T key_pairs_centred;
   T pair_cross_centred;
+  /// The tilt factors C and O of the query (or their means): E|sum_k P_ik
+  /// x_k|^2 per unit is common + S2 pos_var + gamma^2 (C + nu_pos O)
+  /// (detail/softmax_concentration.hpp, "Tilt factors").
+  T tilt_cross;
+  T tilt_own;
 };
 
 /// Moments of the gradients at one head's projection outputs (Attention::projection_grads).
@@ -253,8 +280,8 @@ class Attention : public Component<Attention<T>, T> {
     const T& L = seq_len_;
     const T sum_sq = a.weight_sq / L, shrink = 1 - sum_sq, jacobian = a.weight_jacobian / L;
     const T pair_cross = a.weight_cross / L;
-    return {sum_sq,        shrink * shrink, jacobian,   sum_sq, jacobian, (L - 1) * pair_cross, shrink * shrink,
-            pair_cross,    (L - 1) * pair_cross, pair_cross};
+    return {sum_sq,     shrink * shrink,      jacobian,   sum_sq,       jacobian,  (L - 1) * pair_cross,
+            shrink * shrink, pair_cross, (L - 1) * pair_cross, pair_cross, a.tilt_cross, a.tilt_own};
   }
 
   /// The output moments for the intermediate moments `a` and softmax sums
@@ -465,9 +492,14 @@ class Attention : public Component<Attention<T>, T> {
 
   // E[z_i^2] per unit of z_i = sum_k dropout(P)_ik x_k, the head's output
   // E[O_i^2] over d_in v_var (the header's first form).
+  // Stein's lemma (detail/softmax_concentration.hpp, "Tilt factors"): the
+  // weighted rows' cross terms tilt the average by gamma^2 C, their own
+  // terms add gamma^2 O where the rows' norms fluctuate (nu_pos); inverted
+  // dropout multiplies the own terms' second moment by 1/(1 - p).
   T weighted_second(const AttentionTerms<T>& a, const SoftmaxSums<T>& s) const {
-    return a.common + a.tilt_var * s.shrink_sq + s.sum_sq * (a.pos_var + a.tilt_var) +
-           p_ / (1 - p_) * s.sum_sq * (a.second + 4 * a.tilt_var);
+    const T own_tilt = a.pos_norm_var * a.tilt_var * s.tilt_own;
+    return a.common + a.tilt_var * s.tilt_cross + s.sum_sq * a.pos_var + own_tilt +
+           p_ / (1 - p_) * (s.sum_sq * a.second + own_tilt);
   }
 
   // A correlation shared by all L positions is at least -1/(L - 1) (the
@@ -486,8 +518,8 @@ class Attention : public Component<Attention<T>, T> {
   // replay of the forward pass): memoized per thread (core/memo.hpp).
   AttentionTerms<T> terms_of(const Moments<T>& in) const {
     return detail::memoized<Attention>(
-        std::array<T, 11>{d_in_, d_k_, seq_len_, q_var_, k_var_, v_var_, p_, in.mean, in.var, in.corr_len,
-                          in.corr_dim},
+        std::array<T, 12>{d_in_, d_k_, seq_len_, q_var_, k_var_, v_var_, p_, in.mean, in.var, in.corr_len,
+                          in.corr_dim, norm_var_ratio_of(in)},
         [&] { return compute_terms(in); });
   }
 
@@ -520,7 +552,17 @@ class Attention : public Component<Attention<T>, T> {
     // Finite L, one query: the exact concentration factor of a softmax over L
     // i.i.d. N(0, sigma^2) scores, G = L^2 E[P^2] e^{-sigma^2}
     // (detail/softmax_concentration.hpp).
-    const T concentration = detail::softmax_concentration(a.score_var, L);
+    // Keys of rows with a fixed norm: the scores' kurtosis moves G and J by
+    // e^{kappa D} (header; the product bounded to [-1, 1], far beyond the
+    // first order's validity, so that no ratio of the two turns NaN).
+    a.pos_norm_var = pos_norm_var_ratio(in, a.corr_queries);
+    const T kurtosis = 6 * (a.pos_norm_var - 1) / (d_in_ + 1);
+    const auto key_factor = [&](const detail::ConcentrationTable& slopes) {
+      const T bound = 0 * L + 1;
+      return T(exp(clamp_abs(T(kurtosis * detail::softmax_kurtosis_slope(slopes, a.score_var, L)), bound)));
+    };
+    const T plain_concentration = detail::softmax_concentration(a.score_var, L);
+    const T concentration = plain_concentration * key_factor(detail::concentration_table::slope_g);
     // The query-norm fluctuation (variance 2 c sigma^4 of sigma_i^2) averaged
     // over f(x) = e^x G(x, L) to second order: E f = f e^{kappa c sigma^4} with
     // kappa = f''/f = (1 + (log G)')^2 + (log G)'' (1 for G = 1, the large-L
@@ -559,9 +601,24 @@ class Attention : public Component<Attention<T>, T> {
     // the same norm average. Its first-order form F_var (1 - (2 - F_var)/L),
     // used before, is 40 percent high at sigma^2 = 2.56, L = 128.
     a.weight_jacobian = math::min_of(
-        math::max_of(T(a.weight_sq * detail::softmax_jacobian_concentration(a.score_var, L) / concentration), zero),
+        math::max_of(T(a.weight_sq * detail::softmax_jacobian_concentration(a.score_var, L) *
+                       key_factor(detail::concentration_table::slope_j) / concentration),
+                     zero),
         a.weight_sq);
+    // The tilt factors for i.i.d. Gaussian scores of variance sigma^2, their
+    // deviations from the large-L limits (C = 1, O = 0; both ~ S2) scaled
+    // like S2 by the query-norm and key-kurtosis factors.
+    const T scaling = a.weight_sq / (exp_score * plain_concentration);
+    a.tilt_cross = 1 - (1 - detail::softmax_tilt_cross(a.score_var, L)) * scaling;
+    a.tilt_own = detail::softmax_tilt_own(a.score_var, L) * scaling;
     return a;
+  }
+
+  // nu_pos, the norm fluctuation of the rows' position-specific part, from
+  // the rows' nu and the shared fraction rho of their second moment (header).
+  static T pos_norm_var_ratio(const Moments<T>& in, const T& shared_fraction) {
+    const T rho = math::min_of(math::clamp_nonnegative(shared_fraction), T(0 * shared_fraction + 1));
+    return (2 * rho + norm_var_ratio_of(in) * (1 - rho)) / (1 + rho);
   }
 
   // x clamped to [-bound, bound], lane-wise (bound >= 0).

@@ -61,6 +61,8 @@ struct CausalProfile {
   /// Over the later queries m > i: sum_m X_im = F_cov(i) (H_L - H_i), and the
   /// same with each pair's centring, sum_m X_im (1 - <P>_i - <P>_m + X_im).
   std::vector<Real> pairs, pairs_centred;
+  /// The tilt factors C and O of the query with n keys (0 at n = 1).
+  std::vector<Real> tilt_cross, tilt_own;
 };
 
 }  // namespace detail
@@ -217,20 +219,26 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     s.sum_sq = f.sum_sq[n];
     s.shrink_sq = shrink * shrink;
     s.jacobian = f.jacobian[n];
+    s.tilt_cross = f.tilt_cross[n];
+    s.tilt_own = f.tilt_own[n];
     return s;
   }
 
   // The sequence averages of the header, lane by lane.
   SoftmaxSums<T> averages(const Moments<T>& in) const {
     return detail::memoized<CausalAttention>(key_of(in), [&] {
-      SoftmaxSums<T> s{in.var, in.var, in.var, in.var, in.var, in.var, in.var, in.var, in.var, in.var};
+      SoftmaxSums<T> s{in.var, in.var, in.var, in.var, in.var, in.var,
+                       in.var, in.var, in.var, in.var, in.var, in.var};
       for (std::size_t lane_index = 0; lane_index < lane_count(in.var); ++lane_index) {
         const detail::CausalProfile<Real> f = lane_profile(in, lane_index);
         const std::size_t L = f.sum_sq.size();
         const Real len = static_cast<Real>(L), pairs = len * (len - 1);
         Real sum_sq = 0, shrink_sq = 0, shrink = 0, jacobian = 0, cross = 0, cross_centred = 0;
+        Real tilt_cross = 0, tilt_own = 0;
         for (std::size_t n = L; n-- > 0;) {
           const Real r = 1 - f.sum_sq[n];
+          tilt_cross += f.tilt_cross[n];
+          tilt_own += f.tilt_own[n];
           sum_sq += f.sum_sq[n];
           shrink += r;
           shrink_sq += r * r;
@@ -249,6 +257,8 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
         set_lane(s.pair_cross, lane_index, pair_cross);
         set_lane(s.pair_cross_centred, lane_index, 2 * cross_centred / pairs);
         set_lane(s.key_pairs_centred, lane_index, 2 * cross_centred / len);
+        set_lane(s.tilt_cross, lane_index, tilt_cross / len);
+        set_lane(s.tilt_own, lane_index, tilt_own / len);
       }
       return s;
     });
@@ -271,7 +281,7 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
 
   const detail::CausalProfile<Real>& profile(const Moments<T>& in) const {
     static thread_local detail::CausalProfile<Real> last;
-    static thread_local std::array<T, 11> last_key{};
+    static thread_local std::array<T, 12> last_key{};
     static thread_local bool valid = false;
     const auto key = key_of(in);
     if (!valid || key != last_key) {
@@ -282,20 +292,23 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     return last;
   }
 
-  std::array<T, 11> key_of(const Moments<T>& in) const {
+  std::array<T, 12> key_of(const Moments<T>& in) const {
     return {full_.d_in(), full_.d_k(), full_.seq_len(), full_.q_var(), full_.k_var(), full_.v_var(), full_.p(),
-            in.mean, in.var, in.corr_len, in.corr_dim};
+            in.mean, in.var, in.corr_len, in.corr_dim, norm_var_ratio_of(in)};
   }
 
   // S2_n, J_n, F_cov(n) for n = 1..L of one lane, from Attention over n keys.
   detail::CausalProfile<Real> lane_profile(const Moments<T>& in, std::size_t i) const {
     const auto at = [i](const T& x) { return static_cast<Real>(lane(x, i)); };
-    const Moments<Real> x{at(in.mean), at(in.var), at(in.corr_len), at(in.corr_dim)};
+    Moments<Real> x{at(in.mean), at(in.var), at(in.corr_len), at(in.corr_dim)};
+    x.norm_var_ratio = at(norm_var_ratio_of(in));  // the keys' norm fluctuation (Attention)
     const auto L = static_cast<std::size_t>(at(full_.seq_len()));
     detail::CausalProfile<Real> f;
     f.sum_sq.assign(L, Real(1));
     f.jacobian.assign(L, Real(0));
     f.cross.assign(L, Real(1));
+    f.tilt_cross.assign(L, Real(0));  // one key: z = x_1, no tilt
+    f.tilt_own.assign(L, Real(0));
     for (std::size_t n = 2; n <= L; ++n) {
       const Real keys = static_cast<Real>(n);
       const Attention<Real> head(at(full_.d_in()), at(full_.d_k()), keys, at(full_.q_var()), at(full_.k_var()),
@@ -304,6 +317,8 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
       f.sum_sq[n - 1] = a.weight_sq / keys;
       f.jacobian[n - 1] = a.weight_jacobian / keys;
       f.cross[n - 1] = a.weight_cross;
+      f.tilt_cross[n - 1] = a.tilt_cross;
+      f.tilt_own[n - 1] = a.tilt_own;
     }
     // The pair sums over m > i from the suffix sums of 1/m, <P>_m/m and 1/m^2.
     f.pairs.assign(L, Real(0));

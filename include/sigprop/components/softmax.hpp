@@ -116,17 +116,45 @@ class SoftmaxQuadrature {
     place_s_nodes();
   }
 
+  // Logits whose variance is a scale mixture, a w with w = 1 - spread or
+  // 1 + spread equally likely (Var w = spread^2, excess kurtosis 3 spread^2):
+  // one_position only. Used for the slopes in the logits' kurtosis
+  // (softmax_kurtosis_slopes).
+  SoftmaxQuadrature(double n, double a, double spread) : n_(n), a_(a), sigma_(std::sqrt(a)) {
+    x_rule_ = normal_rule(sigma_);
+    if (spread != 0)
+      for (double w : {1 - spread, 1 + spread}) {
+        const double scale = std::sqrt(a * w);
+        mixture_.push_back({scale, normal_rule(scale)});
+      }
+    place_s_nodes();
+  }
+
   // Var[p] and the gradient variance factor.
   void one_position(SoftmaxExact& out) const {
     double var = 0, grad = 0;
     for (std::size_t k = 0; k < s_.size(); ++k) {
-      const Psi p = psi(x_rule_, sigma_, s_[k]);
+      const Psi p = psi_at(s_[k]);
       var += s_w_[k] * (n_ - 1) / n_ * pow_log(p.log0, n_) * p.tilted_var;
       grad += s_w_[k] * (pow_log(p.log0, n_ - 1) * (p.m[2] - p.m[3] + p.m[4] / 6) +
                          (n_ - 1) / 6 * p.m[2] * p.m[2] * pow_log(p.log0, n_ - 2));
     }
     out.var = var;
     out.grad_var = grad;
+  }
+
+  // E[S_3], E[S_4] and E[S_2^2] for S_m = sum_k p_k^m (one position):
+  //   E[S_m] = n int Psi_m Psi_0^{n-1} ds / (m - 1)!,
+  //   E[S_2^2] = E[S_4] + n (n - 1) int Psi_2^2 Psi_0^{n-2} ds / 3!.
+  void power_sums(double& s3, double& s4, double& s2_sq) const {
+    s3 = s4 = s2_sq = 0;
+    for (std::size_t k = 0; k < s_.size(); ++k) {
+      const Psi p = psi_at(s_[k], false);
+      s3 += s_w_[k] * n_ * pow_log(p.log0, n_ - 1) * p.m[3] / 2;
+      s4 += s_w_[k] * n_ * pow_log(p.log0, n_ - 1) * p.m[4] / 6;
+      s2_sq += s_w_[k] * n_ * (n_ - 1) * pow_log(p.log0, n_ - 2) * p.m[2] * p.m[2] / 6;
+    }
+    s2_sq += s4;
   }
 
   // Cov^l[p] and the gradient covariance factor for logit correlation rho.
@@ -260,7 +288,32 @@ class SoftmaxQuadrature {
   static double pow_log(double log_value, double k) { return k == 0 ? 1 : std::exp(k * log_value); }
 
   // -n log Psi_0(s): decreasing in s, from +inf to 0.
-  double minus_n_log(double s) const { return -n_ * psi(x_rule_, sigma_, s).log0; }
+  double minus_n_log(double s) const { return -n_ * psi_at(s).log0; }
+
+  // Psi_m(s) of this quadrature's logits: one Gaussian, or the equal-weight
+  // scale mixture (tilted variance centred at the mixture's tilted mean).
+  Psi psi_at(double s, bool with_tilted_var = true) const {
+    if (mixture_.empty()) return psi(x_rule_, sigma_, s, with_tilted_var);
+    Psi p{};
+    const double half = 1.0 / static_cast<double>(mixture_.size());
+    for (const Component& c : mixture_) {
+      const Psi q = psi(c.rule, c.scale, s, false);
+      for (int m = 0; m < 5; ++m) p.m[m] += half * q.m[m];
+      p.q0 += half * q.q0;
+    }
+    p.log0 = p.q0 < 0.5 ? std::log1p(-p.q0) : std::log(p.m[0]);
+    if (with_tilted_var && p.m[0] > 0) {
+      const double mean = p.m[1] / p.m[0];
+      double v = 0;
+      for (const Component& c : mixture_)
+        for (std::size_t i = 0; i < c.rule.x.size(); ++i) {
+          const double w = std::exp(c.scale * c.rule.x[i] - s);
+          v += half * c.rule.w[i] * std::exp(-w) * (w - mean) * (w - mean);
+        }
+      p.tilted_var = v / p.m[0];
+    }
+    return p;
+  }
 
   // Outer nodes: the transition s_c (n (1 - Psi_0) ~ 1), the lower end where
   // Psi_0^n < e^{-60}, the upper end where E[w] = e^{a/2 - s} < e^{-32}/n.
@@ -357,8 +410,14 @@ class SoftmaxQuadrature {
     std::vector<Psi> psi_;
   };
 
+  struct Component {
+    double scale;
+    Rule rule;
+  };
+
   double n_, a_, sigma_;
   Rule x_rule_;
+  std::vector<Component> mixture_;  // empty: Gaussian logits
   std::vector<double> s_, s_w_;
   double s_lo_ = 0, s_hi_ = 0;
 };

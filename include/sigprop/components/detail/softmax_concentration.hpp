@@ -87,6 +87,47 @@
 //     outside the attention closed form's domain, and indicative only (G: 3e-4
 //     to 2e-2 off at a = 10.5, 3e-3 to 0.2 at a = 12; J: 1e-3 to 2e-2 at a =
 //     10.5, 1e-2 to 0.2 at a = 12; for n from 2 to 1e6).
+//
+// Kurtosis slopes. The attention's keys are often rows of fixed norm (a
+// LayerNorm's output): one query's scores are then lighter-tailed than
+// Gaussian. For logits of excess kurtosis kappa from a scale mixture (variance
+// a w, E w = 1, Var w = kappa/3), log G and log J change by kappa times
+//   D_G(a, n) = d log G / d kappa,  D_J(a, n) = d log J / d kappa  (at kappa = 0).
+// First order in kappa the law of the logits is the Edgeworth form
+// phi + (kappa/24) phi'''' whatever mixes them, so D_G and D_J hold for any
+// small symmetric perturbation of that kind. D = 0 at a = 0 (and O(a^2)); as n -> inf
+// at fixed a, log G -> log E e^{2z} - 2 log E e^z, whose kappa-slope is
+// (16 - 2) a^2/24 = 7 a^2/12 (the cumulant expansion log E e^{t z} =
+// t^2 a/2 + kappa t^4 a^2/24); at finite n the concentrated softmax caps the
+// heavy tail's weight: D_G = 1.02 at a = 2.56, n = 128 against 3.82 at n = inf.
+// Exact values (softmax_kurtosis_slopes_exact, ~6 ms): the quadrature of
+// softmax.hpp for the two-point mixture w = 1 -+ e (kappa = 3 e^2) at e = 0.025
+// and 0.05, the difference quotients of log G and log J combined by Richardson
+// extrapolation (their O(e^2) error cancels). Fast values interpolate the
+// tables slope_g and slope_j of the same grid (the slopes themselves, not
+// their logs: D_J changes sign); beyond n_max the last column is held, beyond
+// a_max the rows are continued linearly in a. Accuracy: see
+// examples/concentration_table --check.
+//
+// Tilt factors. The softmax-weighted average z = sum_k p_k x_k of rows x_k =
+// delta_k whose logits are s_k = w . delta_k (delta_k i.i.d. N(0, I)) moves
+// towards w; Stein's lemma (E[delta f] = w E[df/ds], twice) gives exactly
+//   E[sum_{k != l} p_k p_l delta_k . delta_l] = |w|^2 C,
+//     C(a, n) = E[1 - 5 S_2 + 4 S_3 + 6 S_2^2 - 6 S_4],
+//   E[sum_k p_k^2 |delta_k|^2] = d E[S_2] + |w|^2 O,
+//     O(a, n) = E[4 S_2 - 10 S_3 + 6 S_4],
+// with S_m = sum_k p_k^m, from d^2(p_k p_l)/ds_k ds_l = p_k p_l ((1 - 2 p_k)
+// (1 - 2 p_l) + 2 p_k p_l) and d^2(p_k^2)/ds_k^2 = 2 p_k^2 (1 - p_k)(2 - 3 p_k).
+// The first is the tilt of the average, the second the heavier weight of
+// longer rows: a row of fixed norm has none (O enters times the rows' norm
+// fluctuation). Their first-order forms 1 - 5 S_2 and 4 S_2 differ from the
+// (1 - S_2)^2 and S_2 used before, which cancelled to first order in S_2
+// (docs/components/attention.md). C -> 1 and O -> 0 as n -> inf like 1/n; at
+// a = 0, S_m = n^{1-m}. Exact values (softmax_tilt_factors_exact): E[S_3],
+// E[S_4], E[S_2^2] from the quadrature of softmax.hpp (SoftmaxQuadrature::
+// power_sums). Fast values interpolate the tables tilt_cross and tilt_own of
+// the same grid; beyond n_max, 1 - C and O continue as c/n.
+//
 // Preconditions (the caller validates): a >= 0 and finite, n >= 2 and finite.
 // Nothing is clamped: a negative or NaN argument gives NaN, and n < 2 an
 // extrapolation of the table.
@@ -116,6 +157,56 @@ inline double softmax_jacobian_concentration_exact(double a, double n) {
   if (a == 0) return 1 - 1 / n;
   const SoftmaxExact e = softmax_exact(n, a, 0, SoftmaxNeed::backward);
   return n * n * e.grad_var * std::exp(-a);
+}
+
+/// D_G and D_J (the kurtosis slopes at the top of this file).
+struct KurtosisSlopes {
+  double g = 0, j = 0;
+};
+
+/// D_G(a, n) and D_J(a, n) from the exact quadrature (slow: ~6 ms).
+inline KurtosisSlopes softmax_kurtosis_slopes_exact(double a, double n) {
+  KurtosisSlopes out;
+  if (a == 0) return out;
+  const auto moments = [&](double spread) {
+    SoftmaxExact e;
+    SoftmaxQuadrature(n, a, spread).one_position(e);
+    return e;
+  };
+  const SoftmaxExact base = moments(0);
+  // log of n^2 E[p^2] (= G e^a) and of J e^a / n^2, as in the exact functions above.
+  const auto log_g = [&](const SoftmaxExact& e) { return std::log(n * n * e.var + 1); };
+  const auto log_j = [](const SoftmaxExact& e) { return std::log(e.grad_var); };
+  double quotient_g[2], quotient_j[2];
+  const double spreads[2] = {0.025, 0.05};
+  for (int k = 0; k < 2; ++k) {
+    const SoftmaxExact e = moments(spreads[k]);
+    const double kurtosis = 3 * spreads[k] * spreads[k];
+    quotient_g[k] = (log_g(e) - log_g(base)) / kurtosis;
+    quotient_j[k] = (log_j(e) - log_j(base)) / kurtosis;
+  }
+  // Richardson: the quotients err by c e^2, and the spreads differ by 2x.
+  out.g = (4 * quotient_g[0] - quotient_g[1]) / 3;
+  out.j = (4 * quotient_j[0] - quotient_j[1]) / 3;
+  return out;
+}
+
+/// C and O (the tilt factors at the top of this file).
+struct TiltFactors {
+  double cross = 0, own = 0;
+};
+
+/// C(a, n) and O(a, n) from the exact quadrature (slow: ~2 ms); exact at a = 0.
+inline TiltFactors softmax_tilt_factors_exact(double a, double n) {
+  double s2 = 1 / n, s3 = s2 * s2, s4 = s3 * s2, s2_sq = s3;
+  if (a != 0) {
+    const SoftmaxQuadrature q(n, a);
+    SoftmaxExact e;
+    q.one_position(e);
+    s2 = n * e.var + 1 / n;
+    q.power_sums(s3, s4, s2_sq);
+  }
+  return {1 - 5 * s2 + 4 * s3 + 6 * s2_sq - 6 * s4, 4 * s2 - 10 * s3 + 6 * s4};
 }
 
 // A table of the generated header: log_g or log_j, row i, column j at [i * u_count + j].
@@ -235,6 +326,44 @@ T softmax_jacobian_concentration(const T& a, const T& n) {
       return static_cast<R>(softmax_jacobian_concentration(static_cast<double>(av), static_cast<double>(nv)));
     });
   }
+}
+
+// A table's value at (a, n) itself (not its exponential), for double, float
+// or Eigen arrays lane by lane; beyond n_max, `beyond(value at n_max, n)`.
+template <class T, class Beyond>
+T concentration_table_value(const ConcentrationTable& table, const T& a, const T& n, Beyond beyond) {
+  using R = math::real_of<T>;
+  const auto one = [&table, &beyond](double av, double nv) {
+    const double value = concentration_log(table, av, std::log(std::min(nv, concentration_table::n_max)));
+    return nv > concentration_table::n_max ? beyond(value, nv) : value;
+  };
+  if constexpr (is_scalar_v<T>) return static_cast<T>(one(static_cast<double>(a), static_cast<double>(n)));
+  else
+    return math::map_lanes(a, n, [&one](R av, R nv) {
+      return static_cast<R>(one(static_cast<double>(av), static_cast<double>(nv)));
+    });
+}
+
+/// D_G(a, n) (or D_J with the table slope_j) by interpolation (held at n_max beyond it).
+template <class T>
+T softmax_kurtosis_slope(const ConcentrationTable& slopes, const T& a, const T& n) {
+  return concentration_table_value(slopes, a, n, [](double value, double) { return value; });
+}
+
+/// C(a, n) by interpolation; beyond n_max 1 - C continued as c/n.
+template <class T>
+T softmax_tilt_cross(const T& a, const T& n) {
+  return concentration_table_value(concentration_table::tilt_cross, a, n, [](double value, double nv) {
+    return 1 - (1 - value) * (concentration_table::n_max / nv);
+  });
+}
+
+/// O(a, n) by interpolation; beyond n_max continued as c/n.
+template <class T>
+T softmax_tilt_own(const T& a, const T& n) {
+  return concentration_table_value(concentration_table::tilt_own, a, n, [](double value, double nv) {
+    return value * (concentration_table::n_max / nv);
+  });
 }
 
 /// The same for Eigen arguments of different types (an expression such as
