@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <utility>
 
 #include <boost/math/quadrature/gauss_kronrod.hpp>
 #include <Eigen/Core>
@@ -24,6 +25,15 @@ using sigprop::detail::softmax_jacobian_concentration_exact;
 namespace table = sigprop::detail::concentration_table;
 
 namespace {
+
+// An off-grid point of the tables: a uniform in a (odd k) or in sqrt(a) (even
+// k), n uniform in ln n.
+std::pair<double, double> table_point(sigprop::montecarlo::Random& rng, int k) {
+  const double u_last = std::log(table::n_max);
+  const double r = rng.uniform();
+  return {table::a_max * (k % 2 ? r : r * r),
+          std::exp(table::u_first + (u_last - table::u_first) * rng.uniform())};
+}
 
 // 1/(1 + (e^a - 1)(2 e^a - 1)/n): the delta method for the ratio of sums.
 double delta_method(double a, double n) { return 1 / (1 + std::expm1(a) * (2 * std::exp(a) - 1) / n); }
@@ -91,11 +101,8 @@ TEST_CASE("Softmax concentration: the table against the exact quadrature", "[sof
   // Over 20000 such points (examples/concentration_table --check 20000) the
   // relative error is at most 1.9e-5; the bound here is the documented 1e-4.
   sigprop::montecarlo::Random rng(29);
-  const double u_last = std::log(table::n_max);
   for (int k = 0; k < 30; ++k) {
-    const double r = rng.uniform();
-    const double a = table::a_max * (k % 2 ? r : r * r);
-    const double n = std::exp(table::u_first + (u_last - table::u_first) * rng.uniform());
+    const auto [a, n] = table_point(rng, k);
     INFO("a = " << a << ", n = " << n);
     CHECK(softmax_concentration(a, n) == Approx(softmax_concentration_exact(a, n)).epsilon(1e-4));
   }
@@ -162,11 +169,8 @@ TEST_CASE("Softmax Jacobian concentration: the table against the exact quadratur
   // --check 20000) the relative error is at most 1.9e-5; the bound here is the
   // documented 1e-4.
   sigprop::montecarlo::Random rng(31);
-  const double u_last = std::log(table::n_max);
   for (int k = 0; k < 30; ++k) {
-    const double r = rng.uniform();
-    const double a = table::a_max * (k % 2 ? r : r * r);
-    const double n = std::exp(table::u_first + (u_last - table::u_first) * rng.uniform());
+    const auto [a, n] = table_point(rng, k);
     INFO("a = " << a << ", n = " << n);
     CHECK(softmax_jacobian_concentration(a, n) ==
           Approx(softmax_jacobian_concentration_exact(a, n)).epsilon(1e-4));
@@ -334,11 +338,8 @@ TEST_CASE("Softmax kurtosis slopes and tilt factors: tables against the exact qu
   using sigprop::detail::softmax_tilt_factors_exact;
   using sigprop::detail::softmax_tilt_own;
   sigprop::montecarlo::Random rng(31);
-  const double u_last = std::log(table::n_max);
   for (int k = 0; k < 12; ++k) {
-    const double r = rng.uniform();
-    const double a = table::a_max * (k % 2 ? r : r * r);
-    const double n = std::exp(table::u_first + (u_last - table::u_first) * rng.uniform());
+    const auto [a, n] = table_point(rng, k);
     INFO("a = " << a << ", n = " << n);
     const auto slopes = softmax_kurtosis_slopes_exact(a, n);
     const auto tilt = softmax_tilt_factors_exact(a, n);
@@ -378,7 +379,7 @@ TEST_CASE("Softmax tilt factors and kurtosis slope: Monte Carlo with real softma
   // first order in kappa; the rows are not a scale mixture of Gaussians).
   const int d = 64, n = 32;
   const double a = 2;
-  const long trials = 40000;
+  constexpr long trials = 40000;
   sigprop::montecarlo::Random rng(53);
   Eigen::VectorXd w = rng.normal_matrix(d, 1).col(0);
   w *= std::sqrt(a) / w.norm();
@@ -404,7 +405,7 @@ TEST_CASE("Softmax tilt factors and kurtosis slope: Monte Carlo with real softma
       s2 += sum_sq, s2_sq += sum_sq * sum_sq;
     }
   }
-  const auto mean_se = [trials](double sum, double sum_sq) {
+  const auto mean_se = [](double sum, double sum_sq) {
     const double m = sum / trials;
     return std::pair<double, double>{m, std::sqrt((sum_sq / trials - m * m) / trials)};
   };
