@@ -44,7 +44,8 @@
 // The form used before, gamma^2 (1 - F_var/L)^2 + F_var (pos_var + gamma^2)/L,
 // agrees to first order in S2 = F_var/L (its two errors, +3 S2 gamma^2 and
 // -3 S2 gamma^2, cancel): at sigma^2 = 2.56, L = 128 it was 1.4 % high for
-// Gaussian rows, 9.7 % for rows of fixed norm (now 0.3 %, 0.9 %).
+// Gaussian rows, 10.5 % for rows of fixed norm (now 0.5 %, 1.7 %;
+// docs/components/attention.md).
 // and Y = O Wv multiplies both by d_in v_var (Linear, B.2). mean 0, and r^d_out
 // = 0: distinct value units use independent columns of Wv.
 // Backward, value path dX = dropout(P)^T g Wv^T (B.8's backward), with the
