@@ -1,14 +1,16 @@
 // Generates and checks include/sigprop/components/detail/softmax_concentration_table.hpp,
-// the tables behind detail::softmax_concentration (G(a, n) = n^2 E[p_1^2] e^{-a})
-// and detail::softmax_jacobian_concentration (J(a, n) = n^2 E[p_1^2 (1 - 2 p_1
-// + sum_k p_k^2)] e^{-a}) for the softmax of n i.i.d. N(0, a) logits.
+// the tables behind detail::softmax_concentration (G(a, n) = n^2 E[p_1^2] e^{-a}),
+// detail::softmax_jacobian_concentration (J(a, n) = n^2 E[p_1^2 (1 - 2 p_1
+// + sum_k p_k^2)] e^{-a}), detail::softmax_kurtosis_slope (D_G, D_J) and
+// detail::softmax_tilt_cross / softmax_tilt_own (C, O) for the softmax of n
+// i.i.d. N(0, a) logits.
 //
 //   concentration_table             prints the table header (every entry from
-//                                   softmax_concentration_exact and
-//                                   softmax_jacobian_concentration_exact; ~5 s)
+//                                   the exact functions; ~14 s)
 //   concentration_table --check N   the fast functions against the exact ones
 //                                   at N random points of the table (fixed
-//                                   seed): max and RMS relative error, cost
+//                                   seed): max and RMS relative error (G, J),
+//                                   absolute error (D_G, D_J, C, O), cost
 //                                   per call
 //   concentration_table --verify    the exact references where their
 //                                   documented accuracy (n <= 1e4) does not

@@ -37,7 +37,8 @@
 // softmax_concentration and softmax_jacobian_concentration (~55 ns each)
 // interpolate log G and log K, K = J / (1 - 1/n), in a generated table
 // (softmax_concentration_table.hpp, written by examples/concentration_table.cpp
-// from the exact functions, 2 x 2583 entries in ~4 s), and J = (1 - 1/n) K.
+// from the exact functions; with the four tables below, 6 x 2583 entries in
+// ~14 s), and J = (1 - 1/n) K.
 // K rather than J: the a = 0 row of log J, log(1 - e^{-u}), has large high
 // derivatives in u = ln n at small n and was interpolated 1e-3 off near n = 2;
 // the row of log K is exactly 0, so J(0, n) = 1 - 1/n exactly here too.
