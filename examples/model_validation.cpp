@@ -11,7 +11,10 @@
 // --set decoders montecarlo::decoder_models() (docs/decoders.md; no
 // weight-gradient norms there). --detail I prints, for model I of the set
 // (0-based) only, every layer's predicted and measured forward and gradient
-// variance and norm_var_ratio with the simulation's standard error.
+// variance, length correlation and norm_var_ratio with the simulation's
+// standard error, the measured hidden spread (montecarlo::
+// VectorMomentAccumulator::hidden_spread; not modelled) and the attention
+// branch's output length correlation.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -56,24 +59,42 @@ int main(int argc, char** argv) {
     setup.trials = trials;
     setup.seed = seed + 1 + static_cast<std::uint64_t>(detail);  // the seed the table run gives this model
     const mc::ModelCaseResult r = mc::run_case(k, setup);
+    const auto model = mc::case_model(k);  // (config, weights)
+    const auto& weights = model.second;
+    const auto shape = sigprop::detail::shape_of(model.first);
+    // The attention branch's output predicted from the trace's input to the sublayer.
+    const auto attention_branch = [&](std::size_t n) {
+      using sigprop::detail::Sublayer;
+      const auto& w = weights.layers[n];
+      return sigprop::detail::with_block<sigprop::Relu<double>>(shape, w, Sublayer::attention, [&](const auto& block) {
+        const auto io = sigprop::detail::branch_io(shape, w, Sublayer::attention, block, r.predicted.rows[n].forward,
+                                                   r.predicted.mid[n].backward);
+        return block.forward(io.input);
+      });
+    };
     std::printf("%s: predicted / measured +- standard error (relative error %%)\n\n", k.label);
-    std::printf("| n | forward var | gradient var | norm_var_ratio | norm_var_ratio after the attention sublayer |\n");
-    std::printf("|---|---|---|---|---|\n");
+    std::printf("| n | forward var | gradient var | corr_len | norm_var_ratio | norm_var_ratio after the attention "
+                "sublayer | hidden spread, measured | attention branch corr_len of layer n + 1 |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
     for (std::size_t n = 0; n < r.measured.backward.size(); ++n) {
       const auto& f = r.measured.forward[n].var;
       const auto& b = r.measured.backward[n].var;
+      const auto& c = r.measured.forward[n].corr_len;
       const auto& nu = r.measured.norm_var[n];
+      const auto& spread = r.measured.hidden_spread[n];
       const double pf = r.predicted.rows[n].forward.var, pb = r.predicted.rows[n].backward.var;
-      std::printf("| %zu | %.4g / %.4g +- %.2g (%+.2f) | %.4g / %.4g +- %.2g (%+.2f) | %.3f / %.3f +- %.2g |", n, pf,
-                  f.value, f.std_error, 100 * (pf - f.value) / f.value, pb, b.value, b.std_error,
-                  100 * (pb - b.value) / b.value, static_cast<double>(sigprop::norm_var_ratio_of(r.predicted.rows[n].forward)),
-                  nu.value, nu.std_error);
+      std::printf("| %zu | %.4g / %.4g +- %.2g (%+.2f) | %.4g / %.4g +- %.2g (%+.2f) | %.4f / %.4f +- %.2g | %.3f / %.3f +- %.2g |",
+                  n, pf, f.value, f.std_error, 100 * (pf - f.value) / f.value, pb, b.value, b.std_error,
+                  100 * (pb - b.value) / b.value, r.predicted.rows[n].forward.corr_len, c.value, c.std_error,
+                  static_cast<double>(sigprop::norm_var_ratio_of(r.predicted.rows[n].forward)), nu.value, nu.std_error);
       if (n < r.measured.norm_var_mid.size()) {
         const auto& m = r.measured.norm_var_mid[n];
-        std::printf(" %.3f / %.3f +- %.2g |\n", static_cast<double>(sigprop::norm_var_ratio_of(r.predicted.mid[n].forward)),
-                    m.value, m.std_error);
+        const auto& branch = r.measured.branch_attn[n].corr_len;
+        std::printf(" %.3f / %.3f +- %.2g | %.3f +- %.2g | %.4f / %.4f +- %.2g |\n",
+                    static_cast<double>(sigprop::norm_var_ratio_of(r.predicted.mid[n].forward)), m.value, m.std_error,
+                    spread.value, spread.std_error, attention_branch(n).corr_len, branch.value, branch.std_error);
       } else {
-        std::printf(" |\n");
+        std::printf(" | %.3f +- %.2g | |\n", spread.value, spread.std_error);
       }
     }
     return 0;

@@ -8,6 +8,7 @@
 #include "support.hpp"
 
 #include "sigprop/montecarlo/components/attention.hpp"
+#include "sigprop/montecarlo/ops.hpp"
 
 using sigprop::Attention;
 using sigprop::GradMoments;
@@ -77,10 +78,17 @@ TEST_CASE("Attention: closed form at a hand-computed point", "[attention]") {
   CHECK(kappa < 1);  // G falls with sigma^2
   CHECK(kappa > 0.5);
   CHECK(a.weight_sq == Approx(std::exp(0.7875 + kappa * c * s4) * G).epsilon(1e-13));
+  // F_cov = e^{rho sigma^2 + (1 + rho^2)/2 ((1 - rho^2) V + rho^2 kappa) c sigma^4} / (1 + (1/G - 1) share),
+  // V = H''(0) the exact pair curvature, below both 1 (e^eps) and the delta
+  // method's (1 - k)(1 - 2 k), k = (1/G - 1)/(e^{sigma^2} - 1).
   const double share = std::expm1(rho * 0.7875) / std::expm1(0.7875);
-  CHECK(a.weight_cross == Approx(std::exp(rho * 0.7875 + (1 + rho2) / 2 * (1 + rho2 * (kappa - 1)) * c * s4) /
-                                 (1 + (1 / G - 1) * share))
-                              .epsilon(1e-13));
+  const double k = (1 / G - 1) / std::expm1(0.7875);
+  const double h_curvature = sigprop::detail::softmax_pair_curvature(0.7875, L);
+  CHECK(h_curvature < (1 - k) * (1 - 2 * k));
+  CHECK(a.weight_cross ==
+        Approx(std::exp(rho * 0.7875 + (1 + rho2) / 2 * ((1 - rho2) * h_curvature + rho2 * kappa) * c * s4) /
+               (1 + (1 / G - 1) * share))
+            .epsilon(1e-13));
   CHECK(a.weight_jacobian == Approx(a.weight_sq * J / G).epsilon(1e-14));
   // Gaussian rows: nu_pos = 1, no kurtosis factor; the tilt factors from
   // their tables, 1 - C and O scaled like S2 by F_var / (e^{sigma^2} G).
@@ -126,6 +134,15 @@ TEST_CASE("Attention: closed form at a hand-computed point", "[attention]") {
   CHECK(b.pos_norm_var == Approx(nu_pos).epsilon(1e-14));
   CHECK(key_g < 1);
   CHECK(b.weight_sq == Approx(a.weight_sq * key_g).epsilon(1e-13));
+  // F_cov: the numerator moves by the fourth cumulant, kappa sigma^4 (2 (1 + rho)^2 - 1)/12,
+  // and H's G keeps the rest of its factor, e^{kappa D_G - 7 kappa sigma^4/12}.
+  {
+    const double limit = kurtosis * s4 * 7 / 12, numerator = limit * (2 * (1 + rho) * (1 + rho) - 1) / 7;
+    const double g_pair = G * key_g * std::exp(-limit);
+    const double jensen = std::exp(rho * 0.7875 + numerator +
+                                   (1 + rho2) / 2 * ((1 - rho2) * h_curvature + rho2 * kappa) * c * s4);
+    CHECK(b.weight_cross == Approx(jensen / (1 + (1 / g_pair - 1) * share)).epsilon(1e-13));
+  }
   CHECK(b.weight_jacobian == Approx(a.weight_jacobian * key_j).epsilon(1e-13));
 }
 
@@ -184,7 +201,7 @@ TEST_CASE("Attention: exact limits", "[attention]") {
     CHECK(near0.var == Approx(at0.var).epsilon(1e-10));
     CHECK(near0.corr_len == Approx(at0.corr_len).epsilon(1e-9));
     // At r = 0 the queries are uncorrelated (rho = 0): the covariance is the
-    // 1/L term F_cov pos_var / L alone, with F_cov = e^{c sigma^4 / 2}.
+    // 1/L term F_cov pos_var / L alone, with F_cov = e^{(1 - k)(1 - 2 k) c sigma^4 / 2}.
     const auto a = layer.terms({0, 1, 0, 0});
     CHECK(a.corr_queries == 0);
     CHECK(at0.cov_len() == Approx(d_in * v * a.weight_cross / L).epsilon(1e-14));
@@ -679,5 +696,53 @@ TEST_CASE("Attention: rows of fixed norm (LayerNorm outputs)", "[attention][mont
     check_z_bias("var", measured.var, var, 0.02, var);
     check_z_bias("grad var", measured_grad.var, grad.var, 0.07, layer.softmax_path(in, g).var);
     if (c.discriminates) CHECK(std::abs(measured.var.value - var_gaussian) > 10 * measured.var.std_error);
+  }
+}
+
+TEST_CASE("Attention: the two-query weight F_cov against simulation", "[attention][montecarlo][fcov]") {
+  // F_cov = L E[sum_k P_ik P_mk] over query pairs i != m, measured with real
+  // softmaxes (d_in = 128, d_k = 32, L = 128, Xavier Q/K: score variance
+  // 2.56 at r = 0; 300 trials, standard errors ~0.4 %), Gaussian rows and
+  // rows of fixed norm (LayerNorm outputs), at r = 0 and 0.3. Predicted
+  // within 5 standard errors plus 1.5 % (the delta method's H between rho =
+  // 0 and 1, docs/components/attention.md). At r = 0 the curvature of e^eps
+  // alone (F_cov = e^{c sigma^4 / 2}, the form before the pair curvature V)
+  // must miss by more than 10 standard errors.
+  const Eigen::Index d_in = 128, d_k = 32, L = 128;
+  const double qk = 2.0 / static_cast<double>(d_in + d_k);
+  const Attention<double> layer(d_in, d_k, L, qk, qk, 1.0 / d_in, 0);
+  std::uint64_t seed = 808;
+  for (const double r : {0.0, 0.3}) {
+    for (const bool fixed_norm : {false, true}) {
+      mc::Random rng(seed++);
+      std::vector<double> samples, inputs_var, inputs_cov;
+      mc::MomentAccumulator input;
+      for (int trial = 0; trial < 300; ++trial) {
+        Eigen::MatrixXd x = mc::sample_activations(L, d_in, Moments<double>{0, 1, r, 0}, rng);
+        if (fixed_norm) x = mc::ops::layernorm_forward(x).y;
+        input.add(x);
+        const Eigen::MatrixXd wq = rng.normal_matrix(d_in, d_k, qk), wk = rng.normal_matrix(d_in, d_k, qk);
+        Eigen::MatrixXd p = (x * wq) * (x * wk).transpose() / std::sqrt(static_cast<double>(d_k));
+        for (Eigen::Index i = 0; i < L; ++i) {
+          Eigen::ArrayXd s = p.row(i).transpose().array();
+          s -= s.maxCoeff();
+          const Eigen::ArrayXd e = s.exp();
+          p.row(i) = (e / e.sum()).matrix().transpose();
+        }
+        const Eigen::MatrixXd pairs = p * p.transpose();
+        samples.push_back((pairs.sum() - pairs.trace()) / static_cast<double>(L - 1));
+      }
+      const auto measured = mc::detail::mean_estimate(samples);
+      const auto m = input.result();
+      Moments<double> in{m.mean.value, m.var.value, m.corr_len.value, m.corr_dim.value};
+      in.norm_var_ratio = fixed_norm ? 0 : 1;
+      const auto a = layer.terms(in);
+      std::printf("F_cov, r = %.1f, %s rows: measured %.4f +- %.4f, predicted %.4f (%+.2f %%)\n", r,
+                  fixed_norm ? "fixed-norm" : "Gaussian", measured.value, measured.std_error, a.weight_cross,
+                  100 * (a.weight_cross / measured.value - 1));
+      INFO("r " << r << ", fixed norm " << fixed_norm);
+      check_z_bias("F_cov", measured, a.weight_cross, 0.015, a.weight_cross);
+      if (r == 0 && !fixed_norm) CHECK(std::abs(std::exp(a.width_term / 2) - measured.value) > 10 * measured.std_error);
+    }
   }
 }

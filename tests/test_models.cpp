@@ -60,8 +60,8 @@ void run_model_set(const char* name, const std::vector<mc::ModelCase>& cases, st
     // Each sublayer's branch variance (and so beta_ii^2) against the simulation.
     for (std::size_t n = 0; per_layer && n < k.config.layers; ++n) {
       INFO(k.label << " branches of layer " << n + 1);
-      const auto& a = r.measured.branch_attn[n];
-      const auto& f = r.measured.branch_ffn[n];
+      const auto& a = r.measured.branch_attn[n].var;
+      const auto& f = r.measured.branch_ffn[n].var;
       CHECK(std::abs(r.predicted.mid[n].branch_var - a.value) <= 4 * a.std_error + 0.03 * a.value);
       CHECK(std::abs(r.predicted.rows[n + 1].branch_var - f.value) <= 4 * f.std_error + 0.03 * f.value);
     }

@@ -368,6 +368,70 @@ TEST_CASE("Softmax kurtosis slopes and tilt factors: tables against the exact qu
   for (int i = 0; i < 3; ++i) CHECK(c(i) == softmax_tilt_cross(a(i), n(i)));
 }
 
+TEST_CASE("Softmax pair curvature: the table against the exact quadrature", "[softmax][concentration]") {
+  // examples/concentration_table --check 4000: absolute error at most 5.6e-4
+  // (at a ~ 1e-3, n ~ 3, where V changes fastest in n), RMS 1.4e-5. The
+  // bound here is 2e-3.
+  using sigprop::detail::softmax_pair_curvature;
+  using sigprop::detail::softmax_pair_curvature_exact;
+  sigprop::montecarlo::Random rng(37);
+  for (int k = 0; k < 12; ++k) {
+    const auto [a, n] = table_point(rng, k);
+    INFO("a = " << a << ", n = " << n);
+    CHECK(std::abs(softmax_pair_curvature(a, n) - softmax_pair_curvature_exact(a, n)) < 2e-3);
+  }
+  // n = 2: p_1 + p_2 = 1 makes H linear in the covariance.
+  CHECK(std::abs(softmax_pair_curvature_exact(2.56, 2)) < 1e-9);
+  // The delta method's (1 - k)(1 - 2 k) at a = 2.56, n = 128 is 0.837; the exact 0.726.
+  CHECK(softmax_pair_curvature(2.56, 128.0) == Approx(0.726).margin(2e-3));
+  // Large n: V -> 1, 1 - V continued as c/n.
+  CHECK(softmax_pair_curvature(1.0, 1e7) == Approx(1).margin(1e-5));
+  CHECK(softmax_pair_curvature(4.0, 1e9) == Approx(1 - (1 - softmax_pair_curvature(4.0, table::n_max)) / 100));
+  Eigen::ArrayXd a(2), n(2);
+  a << 0.5, 2.56;
+  n << 128, 2e7;
+  const Eigen::ArrayXd v = softmax_pair_curvature(a, n);
+  for (int i = 0; i < 2; ++i) CHECK(v(i) == softmax_pair_curvature(a(i), n(i)));
+}
+
+TEST_CASE("Softmax pair curvature: Monte Carlo with real softmaxes", "[softmax][concentration][montecarlo]") {
+  // Two softmaxes over n keys with logits s and s' = rho s + sqrt(1 - rho^2) z
+  // (variance a each, covariance rho a): the second difference of
+  // H = n E[sum_k p_k p'_k] at rho = -e, 0, e, with common random numbers,
+  // against the same second difference from the two-position quadrature
+  // (no step error between the two), and against the delta method's
+  // curvature (1 - k)(1 - 2 k), which it must miss by more than 10 standard
+  // errors. a = 2.56, n = 128, e = 0.1, 40000 samples.
+  const int n = 128;
+  const double a = 2.56, e = 0.1;
+  constexpr long samples = 40000;
+  sigprop::montecarlo::Random rng(59);
+  double sum = 0, sum_sq = 0;
+  const auto softmax = [](Eigen::ArrayXd s) {
+    s -= s.maxCoeff();
+    const Eigen::ArrayXd w = s.exp();
+    return Eigen::ArrayXd(w / w.sum());
+  };
+  for (long t = 0; t < samples; ++t) {
+    const Eigen::ArrayXd s = std::sqrt(a) * rng.normal_matrix(n, 1).col(0).array();
+    const Eigen::ArrayXd z = std::sqrt(a) * rng.normal_matrix(n, 1).col(0).array();
+    const Eigen::ArrayXd p = softmax(s);
+    const auto pair_h = [&](double rho) { return n * (p * softmax(rho * s + std::sqrt(1 - rho * rho) * z)).sum(); };
+    const double second = (pair_h(e) + pair_h(-e) - 2 * pair_h(0)) / (e * a * e * a);
+    sum += second, sum_sq += second * second;
+  }
+  const double mc = sum / samples, se = std::sqrt((sum_sq / samples - mc * mc) / samples);
+  using sigprop::detail::softmax_exact;
+  using sigprop::detail::SoftmaxNeed;
+  const auto exact_h = [&](double rho) { return n * n * softmax_exact(n, a, rho, SoftmaxNeed::forward).cov_len + 1; };
+  const double exact = (exact_h(e) + exact_h(-e) - 2) / (e * a * e * a);
+  const double k = (1 / softmax_concentration(a, n) - 1) / std::expm1(a), delta = (1 - k) * (1 - 2 * k);
+  std::printf("pair curvature: second difference %.4f +- %.4f, quadrature %.4f, table V %.4f, delta method %.4f\n",
+              mc, se, exact, sigprop::detail::softmax_pair_curvature(a, 128.0), delta);
+  CHECK(std::abs(mc - exact) < 5 * se);
+  CHECK(std::abs(mc - delta) > 10 * se);
+}
+
 TEST_CASE("Softmax tilt factors and kurtosis slope: Monte Carlo with real softmaxes",
           "[softmax][concentration][montecarlo]") {
   // Rows delta_k ~ N(0, I_d) and logits s_k = w . delta_k, |w|^2 = a: Stein's
@@ -430,4 +494,43 @@ TEST_CASE("Softmax tilt factors and kurtosis slope: Monte Carlo with real softma
               s2_exact);
   CHECK(std::abs(f_mc - predicted) < 5 * f_se + 0.1 * std::abs(predicted - s2_exact));
   CHECK(std::abs(f_mc - s2_exact) > 5 * f_se);
+}
+
+TEST_CASE("Softmax factors: one stencil gives every table's own value", "[softmax][concentration]") {
+  // softmax_factors reads the seven tables at one stencil; each factor must
+  // equal its own function exactly, inside the table and beyond n_max and
+  // a_max, for double, float and batched lanes (dynamic and fixed size).
+  using sigprop::detail::softmax_factors;
+  namespace d = sigprop::detail;
+  const double as[] = {0, 0.003, 0.7, 2.56, 9.99, 11.5}, ns[] = {2, 3.5, 128, 1e5, 1e7, 3e8};
+  Eigen::ArrayXd a_lanes(36), n_lanes(36);
+  int k = 0;
+  for (double a : as)
+    for (double n : ns) {
+      INFO("a = " << a << ", n = " << n);
+      const auto f = softmax_factors(a, n);
+      CHECK(f.concentration == d::softmax_concentration(a, n));
+      CHECK(f.jacobian == d::softmax_jacobian_concentration(a, n));
+      CHECK(f.slope_g == d::softmax_kurtosis_slope(table::slope_g, a, n));
+      CHECK(f.slope_j == d::softmax_kurtosis_slope(table::slope_j, a, n));
+      CHECK(f.tilt_cross == d::softmax_tilt_cross(a, n));
+      CHECK(f.tilt_own == d::softmax_tilt_own(a, n));
+      CHECK(f.pair_curvature == d::softmax_pair_curvature(a, n));
+      const auto single = softmax_factors(static_cast<float>(a), static_cast<float>(n));
+      CHECK(single.concentration == Approx(f.concentration).epsilon(1e-6));
+      CHECK(single.pair_curvature == Approx(f.pair_curvature).epsilon(1e-5).margin(1e-6));
+      a_lanes(k) = a, n_lanes(k) = n, ++k;
+    }
+  const auto batch = softmax_factors(a_lanes, n_lanes);
+  for (int i = 0; i < 36; ++i) {
+    const auto f = softmax_factors(a_lanes(i), n_lanes(i));
+    CHECK(batch.concentration(i) == Approx(f.concentration).epsilon(1e-15));
+    CHECK(batch.jacobian(i) == Approx(f.jacobian).epsilon(1e-15));
+    CHECK(batch.tilt_own(i) == f.tilt_own);
+    CHECK(batch.pair_curvature(i) == f.pair_curvature);
+  }
+  using Chunk = Eigen::Array<double, 4, 1>;
+  const Chunk a4(0.5, 2.56, 4.0, 11.0), n4(2.0, 128.0, 1e7, 2e7);
+  const auto chunk = softmax_factors(a4, n4);
+  for (int i = 0; i < 4; ++i) CHECK(chunk.slope_j(i) == softmax_factors(a4(i), n4(i)).slope_j);
 }

@@ -31,8 +31,12 @@
 //   (tabulated from the exact quadrature of softmax.hpp; the delta method
 //   1/G = 1 + (e^a - 1)(2 e^a - 1)/n, used before, is 86 % low at a = 4,
 //   L = 300), and for two queries through the delta method's ratio:
-//   F_cov = e^{rho sigma^2 + (1 + rho^2) c sigma^4 / 2} / (1 + (1/G - 1) share),
-//   share = (e^{rho sigma^2} - 1)/(e^{sigma^2} - 1).
+//   F_cov = e^{rho sigma^2 + (1 + rho^2) ((1 - rho^2) V + rho^2 kappa) c sigma^4 / 2}
+//           / (1 + (1/G - 1) share),   share = (e^{rho sigma^2} - 1)/(e^{sigma^2} - 1),
+//   with V(sigma^2, L) the exact curvature of L^2 E[P_ik P_mk] in the two
+//   queries' score covariance at 0 (detail/softmax_concentration.hpp; the
+//   form before had 1, F_cov 5 % high at sigma^2 = 2.56, L = 128, r = 0) and
+//   kappa the curvature of F_var below.
 // Then, for the output before V, O = dropout(P) X:
 //   E[O^2]   = common + gamma^2 C + F_var pos_var/L + nu_pos gamma^2 O
 //              + p/(1 - p) (F_var m2/L + nu_pos gamma^2 O)
@@ -98,6 +102,9 @@
 // by it for Gaussian rows). G and J change by e^{kappa D_G}, e^{kappa D_J}
 // (the kurtosis slopes of detail/softmax_concentration.hpp): F_var -2 % at
 // sigma^2 = 1, -4.7 % at 2.56 for d_in = 128, L = 128, nu = 0, rho = 0.
+// For two queries the scores' fourth cumulant moves the numerator of F_cov
+// by kappa sigma^4 (2 (1 + rho)^2 - 1)/12 (-2.5 % at sigma^2 = 2.56, rho = 0,
+// d_in = 128), G keeping the rest of its factor (rho = 1 gives F_var).
 //
 // Assumptions: Gaussian input, zero-mean weights; the hidden correlation r^d
 // belongs to the position-specific part (the convention of
@@ -558,12 +565,13 @@ class Attention : public Component<Attention<T>, T> {
     // first order's validity, so that no ratio of the two turns NaN).
     a.pos_norm_var = pos_norm_var_ratio(in, a.corr_queries);
     const T kurtosis = 6 * (a.pos_norm_var - 1) / (d_in_ + 1);
-    const auto key_factor = [&](const detail::ConcentrationTable& slopes) {
-      const T bound = 0 * L + 1;
-      return T(exp(clamp_abs(T(kurtosis * detail::softmax_kurtosis_slope(slopes, a.score_var, L)), bound)));
-    };
-    const T plain_concentration = detail::softmax_concentration(a.score_var, L);
-    const T concentration = plain_concentration * key_factor(detail::concentration_table::slope_g);
+    const T bound = 0 * L + 1;
+    // Every tabulated factor at (sigma^2, L), the table stencil found once.
+    const detail::SoftmaxFactors<T> tables = detail::softmax_factors(a.score_var, L);
+    const auto key_exponent = [&](const T& slope) { return clamp_abs(T(kurtosis * slope), bound); };
+    const T plain_concentration = tables.concentration;
+    const T g_exponent = key_exponent(tables.slope_g);
+    const T concentration = plain_concentration * exp(g_exponent);
     // The query-norm fluctuation (variance 2 c sigma^4 of sigma_i^2) averaged
     // over f(x) = e^x G(x, L) to second order: E f = f e^{kappa c sigma^4} with
     // kappa = f''/f = (1 + (log G)')^2 + (log G)'' (1 for G = 1, the large-L
@@ -582,36 +590,52 @@ class Attention : public Component<Attention<T>, T> {
     const T cross = a.corr_queries * a.score_var;
     // Two queries: their norms fluctuate with correlation rho^2 and the keys'
     // with both, so the curvature enters with weight rho^2 (kappa at rho = 1,
-    // where F_cov = F_var; 1 at rho = 0, where only the shared keys couple them).
+    // where F_cov = F_var; the pair curvature V below at rho = 0, where only
+    // the shared keys couple them).
     const T rho2 = a.corr_queries * a.corr_queries;
-    const T jensen_cross = exp(cross + (1 + rho2) / 2 * (1 + rho2 * (kappa - 1)) * a.width_term);
     // Two queries: 1/H - 1 = (1/G - 1)(e^{rho sigma^2} - 1)/(e^{sigma^2} - 1),
     // the ratio of the delta method's two corrections (exact at rho = 0 and
     // rho = 1). At sigma^2 = 0, G = 1 and the share does not enter.
     const T cross_excess = expm1(cross), var_excess = expm1(a.score_var);
     const T share = math::ratio_or(cross_excess, var_excess, 1);
+    // Keys of fixed norm: the numerator L^2 E[e^{s_i + s_m}]/(E e^{s_i} E e^{s_m})
+    // moves by the scores' fourth cumulant, kappa sigma^4 (2 (1 + rho)^2 - 1)/12
+    // (7/12 at rho = 1, the large-L limit of D_G); G keeps the rest of its
+    // kurtosis factor, so that rho = 1 gives F_var again.
+    // (bounded to [-1, 1] at rho = 1 like the factors of G and J).
+    const T pair_limit = clamp_abs(T(kurtosis * s4 * 7 / 12), bound);
+    const T pair_kurtosis = pair_limit * (2 * (1 + a.corr_queries) * (1 + a.corr_queries) - 1) / 7;
+    const T pair_concentration = plain_concentration * exp(g_exponent - pair_limit);
+    // The score covariance eps = w_i . w_m pos_var fluctuates (variance
+    // (1 + rho^2) c sigma^4) around rho sigma^2, and F_cov given eps is
+    // H(eps) = L^2 E[P_ik P_mk]: its average is H e^{(H''/H) var/2}. At rho = 0
+    // H''/H is the exact pair curvature V(sigma^2, L) (the curvature of e^eps
+    // alone, 1, made F_cov 5 % high at sigma^2 = 2.56, L = 128, where V =
+    // 0.73); towards rho = 1 the curvature of F_var takes over as before.
+    const T pair_curvature = tables.pair_curvature;
+    const T jensen_cross =
+        exp(cross + pair_kurtosis + (1 + rho2) / 2 * ((1 - rho2) * pair_curvature + rho2 * kappa) * a.width_term);
     // Bounds that hold for any weights: 1 <= L sum_k P_ik^2 <= L (uniform,
     // one-hot), and 0 <= sum_k P_ik P_mk <= (sum_k P_ik^2 + sum_k P_mk^2)/2.
     // The expansions above leave them only far outside the validated domain.
     const T one = 0 * L + 1, zero = 0 * L;
     a.weight_sq = math::min_of(math::max_of(T(jensen_var * concentration), one), L);
     a.weight_cross = math::min_of(
-        math::max_of(T(jensen_cross / (1 + (1 / concentration - 1) * share)), zero), a.weight_sq);
+        math::max_of(T(jensen_cross / (1 + (1 / pair_concentration - 1) * share)), zero), a.weight_sq);
     // The softmax Jacobian's weight, exact for one query given its norm:
     // J = L^2 E[P^2 (1 - 2 P + sum P^2)] e^{-sigma^2} (tabulated like G), with
     // the same norm average. Its first-order form F_var (1 - (2 - F_var)/L),
     // used before, is 40 percent high at sigma^2 = 2.56, L = 128.
     a.weight_jacobian = math::min_of(
-        math::max_of(T(a.weight_sq * detail::softmax_jacobian_concentration(a.score_var, L) *
-                       key_factor(detail::concentration_table::slope_j) / concentration),
+        math::max_of(T(a.weight_sq * tables.jacobian * exp(key_exponent(tables.slope_j)) / concentration),
                      zero),
         a.weight_sq);
     // The tilt factors for i.i.d. Gaussian scores of variance sigma^2, their
     // deviations from the large-L limits (C = 1, O = 0; both ~ S2) scaled
     // like S2 by the query-norm and key-kurtosis factors.
     const T scaling = a.weight_sq / (exp_score * plain_concentration);
-    a.tilt_cross = 1 - (1 - detail::softmax_tilt_cross(a.score_var, L)) * scaling;
-    a.tilt_own = detail::softmax_tilt_own(a.score_var, L) * scaling;
+    a.tilt_cross = 1 - (1 - tables.tilt_cross) * scaling;
+    a.tilt_own = tables.tilt_own * scaling;
     return a;
   }
 

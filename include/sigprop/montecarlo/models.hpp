@@ -42,12 +42,17 @@ struct ModelSimulation {
   std::vector<GradEstimates> backward;
   std::vector<MomentEstimates> forward_mid;
   std::vector<GradEstimates> backward_mid;
-  /// Variance of each sublayer's branch output f (before beta), per layer:
+  /// Moments of each sublayer's branch output f (before beta), per layer:
   /// attention (branch_attn) and FFN (branch_ffn).
-  std::vector<Estimate> branch_attn, branch_ffn;
+  std::vector<MomentEstimates> branch_attn, branch_ffn;
   /// norm_var_ratio (core/moments.hpp) of the activations of `forward` and
   /// `forward_mid`: what a LayerNorm at that point divides by.
   std::vector<Estimate> norm_var, norm_var_mid;
+  /// VectorMomentAccumulator::hidden_spread of the same activations: how far
+  /// the hidden covariance within a sequence is from isotropic (not carried
+  /// by the closed forms; docs/validation.md, "Whole models").
+  std::vector<Estimate> hidden_spread, hidden_spread_mid;
+
   /// Per layer: E||dLoss/dW||_F^2 of each weight matrix over one sequence
   /// (Q, K, V summed over the heads).
   std::vector<WeightGradEstimates> weight_grads;
@@ -282,13 +287,15 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
   for (auto& a : bwd_mid) s.backward_mid.push_back(a.grad_result());
   for (auto& a : norms) s.norm_var.push_back(a.norm_var_ratio());
   for (auto& a : norms_mid) s.norm_var_mid.push_back(a.norm_var_ratio());
+  for (auto& a : norms) s.hidden_spread.push_back(a.hidden_spread());
+  for (auto& a : norms_mid) s.hidden_spread_mid.push_back(a.hidden_spread());
   for (std::size_t n = 0; n < N; ++n) {
     const auto& v = grad_norms[n];
     using sigprop::montecarlo::detail::mean_estimate;
     s.weight_grads.push_back({mean_estimate(v[0]), mean_estimate(v[1]), mean_estimate(v[2]), mean_estimate(v[3]),
                               mean_estimate(v[4]), mean_estimate(v[5])});
-    s.branch_attn.push_back(branch[2 * n].result().var);
-    s.branch_ffn.push_back(branch[2 * n + 1].result().var);
+    s.branch_attn.push_back(branch[2 * n].result());
+    s.branch_ffn.push_back(branch[2 * n + 1].result());
   }
   return s;
 }

@@ -138,6 +138,12 @@ class VectorMomentAccumulator {
     width_ = d;
     sq_norm_.push_back(q.mean());
     sq_norm_within_.push_back((q.array() - q.mean()).square().mean());
+    // The hidden covariance of the position-specific part within the trial.
+    const double L = static_cast<double>(x.rows());
+    const Eigen::MatrixXd deviations = x.rowwise() - x.colwise().mean();
+    const Eigen::MatrixXd cov = deviations.transpose() * deviations / (L - 1);
+    const double trace = cov.trace();
+    if (trace > 0) hidden_spread_.push_back(d * cov.squaredNorm() / (trace * trace) - 1 - d / (L - 1));
     if (g.size() == 0) return;
     // Per row: (g . x_c/|x_c|)^2, (g . 1)^2/d and |g|^2/d.
     const Eigen::VectorXd along_x = g.cwiseProduct(centred).rowwise().sum().array().square() / q.array();
@@ -166,6 +172,16 @@ class VectorMomentAccumulator {
     return detail::mean_estimate(per_trial);
   }
 
+  /// The spread of the hidden covariance S of the position-specific part
+  /// within a trial, d tr(S^2)/tr(S)^2 - 1, less the d/(L - 1) that L
+  /// Gaussian rows of isotropic covariance give (the sample covariance's
+  /// spread, Marchenko-Pastur): 0 for rows whose covariance is isotropic,
+  /// ~1 after a square random linear map. Its mean over the trials.
+  Estimate hidden_spread() const {
+    require(!hidden_spread_.empty());
+    return detail::mean_estimate(hidden_spread_);
+  }
+
   /// E[(g . x_c/|x_c|)^2] / (E|g|^2/d).
   Estimate align_activation() const {
     require(!energy_.empty());
@@ -184,7 +200,7 @@ class VectorMomentAccumulator {
   }
 
   double width_ = 0;
-  std::vector<double> sq_norm_, sq_norm_within_, along_activation_, along_mean_, energy_;
+  std::vector<double> sq_norm_, sq_norm_within_, along_activation_, along_mean_, energy_, hidden_spread_;
 };
 
 /// What one simulation of a component measured.

@@ -37,8 +37,8 @@
 // softmax_concentration and softmax_jacobian_concentration (~55 ns each)
 // interpolate log G and log K, K = J / (1 - 1/n), in a generated table
 // (softmax_concentration_table.hpp, written by examples/concentration_table.cpp
-// from the exact functions; with the four tables below, 6 x 2583 entries in
-// ~14 s), and J = (1 - 1/n) K.
+// from the exact functions; with the five tables below, 7 x 2583 entries in
+// ~2 min), and J = (1 - 1/n) K.
 // K rather than J: the a = 0 row of log J, log(1 - e^{-u}), has large high
 // derivatives in u = ln n at small n and was interpolated 1e-3 off near n = 2;
 // the row of log K is exactly 0, so J(0, n) = 1 - 1/n exactly here too.
@@ -129,11 +129,34 @@
 // power_sums). Fast values interpolate the tables tilt_cross and tilt_own of
 // the same grid; beyond n_max, 1 - C and O continue as c/n.
 //
+// Pair curvature. Two softmaxes over the same n keys whose logit vectors
+// have correlation rho (two queries' scores, covariance eps = rho a):
+//   H(eps; a, n) = n^2 E[p_1 p'_1],  H(0) = 1 (independent), H(a) = e^a G.
+// Attention averages H over the fluctuation of eps between query pairs
+// (components/attention.hpp, F_cov), which needs its curvature at eps = 0,
+//   V(a, n) = H''(0)/H(0) = H''(0).
+// The delta method's H = e^eps/(1 + k (e^eps - 1)), k = (1/G - 1)/(e^a - 1),
+// has V = (1 - k)(1 - 2 k): 0.837 at a = 2.56, n = 128 where V = 0.726, 0.844
+// at a = 4, n = 128 where V = 0.559 (e^eps alone, the large-n limit: 1).
+// V(a, 2) = 0 (p_1 + p_2 = 1 makes H linear in eps), V -> 1 as n -> inf like
+// 1/n, V(0, n) the limit a -> 0 of the same second difference.
+// Exact values (softmax_pair_curvature_exact, ~40 ms): the second difference
+// of H from the two-position quadrature of softmax.hpp (Cov[p_1, p'_1] at
+// rho = -+ e) at two steps e and 2 e, combined by Richardson extrapolation.
+// Fast values interpolate the table pair_curvature of the same grid; beyond
+// n_max, 1 - V continues as c/n. Accuracy (concentration_table --check 4000):
+// absolute error at most 5.6e-4, RMS 1.4e-5.
+//
+// All seven tables share the grid: softmax_factors(a, n) finds the stencil
+// of (a, n) once (ConcentrationPoint) and reads every table with it, giving
+// exactly what the seven functions give one by one.
+//
 // Preconditions (the caller validates): a >= 0 and finite, n >= 2 and finite.
 // Nothing is clamped: a negative or NaN argument gives NaN, and n < 2 an
 // extrapolation of the table.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -210,6 +233,25 @@ inline TiltFactors softmax_tilt_factors_exact(double a, double n) {
   return {1 - 5 * s2 + 4 * s3 + 6 * s2_sq - 6 * s4, 4 * s2 - 10 * s3 + 6 * s4};
 }
 
+/// V(a, n) = H''(0) (the pair curvature at the top of this file) from the
+/// two-position quadrature (slow: ~40 ms). The covariance steps are
+/// eps = e a with e = 0.025 and 0.05 for a >= 1, and e = min(0.025/a, 0.2)
+/// and twice that below, so that the second difference stays well above the
+/// quadrature's rounding; for a < 1e-3 it is taken at a = 1e-3 (H is smooth
+/// in a; V(1e-3, n) differs from V(a, n) by O(1e-3/n)).
+inline double softmax_pair_curvature_exact(double a, double n) {
+  const double at = std::max(a, 1e-3), e = std::min(0.025 / std::min(at, 1.0), 0.2);
+  const auto pair_h = [&](double rho) {
+    return n * n * softmax_exact(n, at, rho, SoftmaxNeed::forward).cov_len + 1;
+  };
+  const auto second_difference = [&](double step) {
+    const double eps = step * at;
+    return (pair_h(step) + pair_h(-step) - 2) / (eps * eps);
+  };
+  // Richardson: the differences err by c eps^2, and the steps differ by 2x.
+  return (4 * second_difference(e) - second_difference(2 * e)) / 3;
+}
+
 // A table of the generated header: log_g or log_j, row i, column j at [i * u_count + j].
 using ConcentrationTable = double[concentration_table::sigma_count * concentration_table::u_count];
 
@@ -237,35 +279,68 @@ inline double concentration_row(const ConcentrationTable& log_f, int i, int j0, 
   return w[0] * r[0] + w[1] * r[1] + w[2] * r[2] + w[3] * r[3];
 }
 
-// log f(a, n) interpolated at u = ln n, with n beyond n_max read at the last
-// column (the continuation is applied by concentration_interpolate): the
+// One point (a, u = ln n) of the tables: the stencil and its weights, found
+// once and read in every table that shares the grid (n beyond n_max is read
+// at the last column; the continuations are applied by the callers). The
 // scheme at the top of this file. No transcendental function but sqrt, so
-// batches call it lane by lane between vectorized log and exp.
-inline double concentration_log(const ConcentrationTable& log_f, double a, double u) {
-  namespace table = concentration_table;
-  constexpr double per_u = 1 / table::u_step, per_sigma = 1 / table::sigma_step;
-  constexpr int u_last = table::u_count - 1, s_last = table::sigma_count - 1;
-  // Stencils: the two nodes either side, shifted inwards at the edges. The
-  // comparisons send NaN to a valid stencil, and the weights carry it on.
-  double pu = (u - table::u_first) * per_u;
-  if (pu > u_last) pu = u_last;  // n > n_max: the last column, continued by the caller
-  const int j0 = pu >= 1 ? (pu < u_last - 1 ? static_cast<int>(pu) - 1 : u_last - 3) : 0;
-  double wu[4];
-  concentration_weights(pu - j0, wu);
-  if (a <= table::a_max) {
+// batches build it lane by lane between vectorized log and exp.
+class ConcentrationPoint {
+ public:
+  ConcentrationPoint(double a, double u) : a_(a) {
+    namespace table = concentration_table;
+    constexpr double per_u = 1 / table::u_step, per_sigma = 1 / table::sigma_step;
+    constexpr int u_last = table::u_count - 1, s_last = table::sigma_count - 1;
+    // Stencils: the two nodes either side, shifted inwards at the edges. The
+    // comparisons send NaN to a valid stencil, and the weights carry it on.
+    double pu = (u - table::u_first) * per_u;
+    if (pu > u_last) pu = u_last;  // n > n_max: the last column, continued by the caller
+    j0_ = pu >= 1 ? (pu < u_last - 1 ? static_cast<int>(pu) - 1 : u_last - 3) : 0;
+    concentration_weights(pu - j0_, wu_);
+    beyond_a_ = !(a <= table::a_max);
+    if (beyond_a_) return;
     const double ps = std::sqrt(a) * per_sigma;
-    const int i0 = ps >= 1 ? (ps < s_last - 1 ? static_cast<int>(ps) - 1 : s_last - 3) : 0;
-    double ws[4];
-    if (ps >= 1) concentration_weights(ps - i0, ws);
-    else concentration_even_weights(ps, ws);  // sigma < h: in a (no spurious O(sqrt a) term)
-    double log_value = 0;
-    for (int k = 0; k < 4; ++k) log_value += ws[k] * concentration_row(log_f, i0 + k, j0, wu);
-    return log_value;
+    i0_ = ps >= 1 ? (ps < s_last - 1 ? static_cast<int>(ps) - 1 : s_last - 3) : 0;
+    if (ps >= 1) concentration_weights(ps - i0_, ws_);
+    else concentration_even_weights(ps, ws_);  // sigma < h: in a (no spurious O(sqrt a) term)
   }
-  const double s1 = s_last * table::sigma_step, s0 = (s_last - 1) * table::sigma_step;
-  const double f1 = concentration_row(log_f, s_last, j0, wu), f0 = concentration_row(log_f, s_last - 1, j0, wu);
-  return f1 + (f1 - f0) * (a - s1 * s1) / ((s1 - s0) * (s1 + s0));
+
+  // The table interpolated at this point; beyond a_max continued linearly in a
+  // from the last two rows.
+  double read(const ConcentrationTable& t) const {
+    namespace table = concentration_table;
+    if (!beyond_a_) {
+      double value = 0;
+      for (int k = 0; k < 4; ++k) value += ws_[k] * concentration_row(t, i0_ + k, j0_, wu_);
+      return value;
+    }
+    constexpr int s_last = table::sigma_count - 1;
+    const double s1 = s_last * table::sigma_step, s0 = (s_last - 1) * table::sigma_step;
+    const double f1 = concentration_row(t, s_last, j0_, wu_), f0 = concentration_row(t, s_last - 1, j0_, wu_);
+    return f1 + (f1 - f0) * (a_ - s1 * s1) / ((s1 - s0) * (s1 + s0));
+  }
+
+ private:
+  double a_, ws_[4] = {0, 0, 0, 0}, wu_[4];
+  int i0_ = 0, j0_;
+  bool beyond_a_;
+};
+
+// log f(a, n) interpolated at u = ln n (ConcentrationPoint), with n beyond
+// n_max read at the last column.
+inline double concentration_log(const ConcentrationTable& log_f, double a, double u) {
+  return ConcentrationPoint(a, u).read(log_f);
 }
+
+// The continuations beyond n_max (the top of this file), from the value at
+// n_max: a factor F -> 1 with 1/F - 1 ~ c/n (G, K) from its log; a value
+// with 1 - v ~ c/n (C, V); a value ~ c/n (O). The kurtosis slopes are held.
+inline double continued_factor(double log_value, double n) {
+  return 1 / (1 + std::expm1(-log_value) * (concentration_table::n_max / n));
+}
+inline double continued_complement(double value, double n) {
+  return 1 - (1 - value) * (concentration_table::n_max / n);
+}
+inline double continued_decay(double value, double n) { return value * (concentration_table::n_max / n); }
 
 // f(a, n) = exp(log_f interpolated), for a factor f -> 1 as n -> inf: the
 // scheme and the continuations at the top of this file. Scalars (double) or
@@ -273,21 +348,17 @@ inline double concentration_log(const ConcentrationTable& log_f, double a, doubl
 template <class T>
 T concentration_interpolate(const ConcentrationTable& log_f, const T& a, const T& n) {
   namespace table = concentration_table;
-  // Beyond n_max: 1/F - 1 continued as c/n from the last column.
-  const auto continued = [](double log_value, double nv) {
-    return 1 / (1 + std::expm1(-log_value) * (table::n_max / nv));
-  };
   if constexpr (is_scalar_v<T>) {
     const double log_value = concentration_log(log_f, a, std::log(n));
     if (!(n > table::n_max)) return std::exp(log_value);
-    return continued(log_value, n);
+    return continued_factor(log_value, n);
   } else {
     const T u = n.log();
     T log_value(a.size());
     for (Eigen::Index i = 0; i < a.size(); ++i) log_value(i) = concentration_log(log_f, a(i), u(i));
     T out = log_value.exp();
     for (Eigen::Index i = 0; i < a.size(); ++i)
-      if (n(i) > table::n_max) out(i) = continued(log_value(i), n(i));
+      if (n(i) > table::n_max) out(i) = continued_factor(log_value(i), n(i));
     return out;
   }
 }
@@ -354,17 +425,78 @@ T softmax_kurtosis_slope(const ConcentrationTable& slopes, const T& a, const T& 
 /// C(a, n) by interpolation; beyond n_max 1 - C continued as c/n.
 template <class T>
 T softmax_tilt_cross(const T& a, const T& n) {
-  return concentration_table_value(concentration_table::tilt_cross, a, n, [](double value, double nv) {
-    return 1 - (1 - value) * (concentration_table::n_max / nv);
-  });
+  return concentration_table_value(concentration_table::tilt_cross, a, n, continued_complement);
 }
 
 /// O(a, n) by interpolation; beyond n_max continued as c/n.
 template <class T>
 T softmax_tilt_own(const T& a, const T& n) {
-  return concentration_table_value(concentration_table::tilt_own, a, n, [](double value, double nv) {
-    return value * (concentration_table::n_max / nv);
-  });
+  return concentration_table_value(concentration_table::tilt_own, a, n, continued_decay);
+}
+
+/// V(a, n) by interpolation; beyond n_max 1 - V continued as c/n.
+template <class T>
+T softmax_pair_curvature(const T& a, const T& n) {
+  return concentration_table_value(concentration_table::pair_curvature, a, n, continued_complement);
+}
+
+/// Every tabulated factor at one point (a, n): G, J, D_G, D_J, C, O, V.
+template <class T>
+struct SoftmaxFactors {
+  T concentration, jacobian, slope_g, slope_j, tilt_cross, tilt_own, pair_curvature;
+};
+
+/// All seven factors at (a, n), each as its own function gives it, with the
+/// stencil found once (ConcentrationPoint) instead of once per table: for
+/// double, float or Eigen arrays lane by lane (log and exp vectorized).
+template <class T>
+SoftmaxFactors<T> softmax_factors(const T& a, const T& n) {
+  namespace table = concentration_table;
+  using R = math::real_of<T>;
+  // One lane: the log-factors (G, K) before their exp, the rest finished.
+  struct Lane {
+    double log_g, log_k, slope_g, slope_j, tilt_cross, tilt_own, pair_curvature;
+  };
+  const auto lane_of = [](double av, double nv, double uv) {
+    const ConcentrationPoint point(av, uv);
+    Lane l{point.read(table::log_g),          point.read(table::log_j),          point.read(table::slope_g),
+           point.read(table::slope_j),        point.read(table::tilt_cross),     point.read(table::tilt_own),
+           point.read(table::pair_curvature)};
+    if (nv > table::n_max) {
+      l.tilt_cross = continued_complement(l.tilt_cross, nv);
+      l.tilt_own = continued_decay(l.tilt_own, nv);
+      l.pair_curvature = continued_complement(l.pair_curvature, nv);
+    }
+    return l;
+  };
+  const auto factor = [](double log_value, double nv) {
+    return nv > table::n_max ? continued_factor(log_value, nv) : std::exp(log_value);
+  };
+  if constexpr (is_scalar_v<T>) {
+    const double av = static_cast<double>(a), nv = static_cast<double>(n);
+    const Lane l = lane_of(av, nv, std::log(nv));
+    return {static_cast<T>(factor(l.log_g, nv)), static_cast<T>((1 - 1 / nv) * factor(l.log_k, nv)),
+            static_cast<T>(l.slope_g), static_cast<T>(l.slope_j), static_cast<T>(l.tilt_cross),
+            static_cast<T>(l.tilt_own), static_cast<T>(l.pair_curvature)};
+  } else {
+    const Eigen::Index size = a.size();
+    const Eigen::ArrayXd nd = n.template cast<double>(), u = nd.log();
+    Eigen::ArrayXd log_g(size), log_k(size);
+    SoftmaxFactors<T> out{a, a, a, a, a, a, a};  // shapes; every lane is overwritten
+    for (Eigen::Index i = 0; i < size; ++i) {
+      const Lane l = lane_of(static_cast<double>(a(i)), nd(i), u(i));
+      log_g(i) = l.log_g, log_k(i) = l.log_k;
+      out.slope_g(i) = static_cast<R>(l.slope_g), out.slope_j(i) = static_cast<R>(l.slope_j);
+      out.tilt_cross(i) = static_cast<R>(l.tilt_cross), out.tilt_own(i) = static_cast<R>(l.tilt_own);
+      out.pair_curvature(i) = static_cast<R>(l.pair_curvature);
+    }
+    Eigen::ArrayXd g = log_g.exp(), k = log_k.exp();
+    for (Eigen::Index i = 0; i < size; ++i)
+      if (nd(i) > table::n_max) g(i) = continued_factor(log_g(i), nd(i)), k(i) = continued_factor(log_k(i), nd(i));
+    out.concentration = g.template cast<R>();
+    out.jacobian = ((1 - 1 / nd) * k).template cast<R>();
+    return out;
+  }
 }
 
 /// The same for Eigen arguments of different types (an expression such as
