@@ -12,8 +12,8 @@
 // weight-gradient norms there). --detail I prints, for model I of the set
 // (0-based) only, every layer's predicted and measured forward and gradient
 // variance, length correlation and norm_var_ratio with the simulation's
-// standard error, the measured hidden spread (montecarlo::
-// VectorMomentAccumulator::hidden_spread; not modelled) and the attention
+// standard error, the hidden spread (core/hidden_spread.hpp; measured by
+// montecarlo::VectorMomentAccumulator::hidden_spread) and the attention
 // branch's output length correlation.
 #include <cmath>
 #include <cstdio>
@@ -62,19 +62,30 @@ int main(int argc, char** argv) {
     const auto model = mc::case_model(k);  // (config, weights)
     const auto& weights = model.second;
     const auto shape = sigprop::detail::shape_of(model.first);
-    // The attention branch's output predicted from the trace's input to the sublayer.
-    const auto attention_branch = [&](std::size_t n) {
-      using sigprop::detail::Sublayer;
+    // A sublayer's branch output predicted from the trace's input to it
+    // (the residual input, of linear_share 1, as Residual gives its branch).
+    using sigprop::detail::Sublayer;
+    const auto branch_output = [&](std::size_t n, Sublayer which) {
       const auto& w = weights.layers[n];
-      return sigprop::detail::with_block<sigprop::Relu<double>>(shape, w, Sublayer::attention, [&](const auto& block) {
-        const auto io = sigprop::detail::branch_io(shape, w, Sublayer::attention, block, r.predicted.rows[n].forward,
-                                                   r.predicted.mid[n].backward);
-        return block.forward(io.input);
-      });
+      const bool attention = which == Sublayer::attention;
+      const auto& x = attention ? r.predicted.rows[n].forward : r.predicted.mid[n].forward;
+      const auto& g = attention ? r.predicted.mid[n].backward : r.predicted.rows[n + 1].backward;
+      const auto run = [&](const auto& block) {
+        auto input = sigprop::detail::branch_io(shape, w, which, block, x, g).input;
+        input.linear_share = 1;
+        return block.forward(input);
+      };
+      switch (model.first.activation) {
+        case sigprop::FfnActivation::gelu: return sigprop::detail::with_block<sigprop::Gelu<double>>(shape, w, which, run);
+        case sigprop::FfnActivation::silu: return sigprop::detail::with_block<sigprop::Silu<double>>(shape, w, which, run);
+        case sigprop::FfnActivation::relu: break;
+      }
+      return sigprop::detail::with_block<sigprop::Relu<double>>(shape, w, which, run);
     };
+    const auto attention_branch = [&](std::size_t n) { return branch_output(n, Sublayer::attention); };
     std::printf("%s: predicted / measured +- standard error (relative error %%)\n\n", k.label);
     std::printf("| n | forward var | gradient var | corr_len | norm_var_ratio | norm_var_ratio after the attention "
-                "sublayer | hidden spread, measured | attention branch corr_len of layer n + 1 |\n");
+                "sublayer | hidden spread | attention branch corr_len of layer n + 1 |\n");
     std::printf("|---|---|---|---|---|---|---|---|\n");
     for (std::size_t n = 0; n < r.measured.backward.size(); ++n) {
       const auto& f = r.measured.forward[n].var;
@@ -82,6 +93,7 @@ int main(int argc, char** argv) {
       const auto& c = r.measured.forward[n].corr_len;
       const auto& nu = r.measured.norm_var[n];
       const auto& spread = r.measured.hidden_spread[n];
+      const double spread_predicted = sigprop::hidden_spread_of(r.predicted.rows[n].forward);
       const double pf = r.predicted.rows[n].forward.var, pb = r.predicted.rows[n].backward.var;
       std::printf("| %zu | %.4g / %.4g +- %.2g (%+.2f) | %.4g / %.4g +- %.2g (%+.2f) | %.4f / %.4f +- %.2g | %.3f / %.3f +- %.2g |",
                   n, pf, f.value, f.std_error, 100 * (pf - f.value) / f.value, pb, b.value, b.std_error,
@@ -90,12 +102,25 @@ int main(int argc, char** argv) {
       if (n < r.measured.norm_var_mid.size()) {
         const auto& m = r.measured.norm_var_mid[n];
         const auto& branch = r.measured.branch_attn[n].corr_len;
-        std::printf(" %.3f / %.3f +- %.2g | %.3f +- %.2g | %.4f / %.4f +- %.2g |\n",
+        std::printf(" %.3f / %.3f +- %.2g | %.3f / %.3f +- %.2g | %.4f / %.4f +- %.2g |\n",
                     static_cast<double>(sigprop::norm_var_ratio_of(r.predicted.mid[n].forward)), m.value, m.std_error,
-                    spread.value, spread.std_error, attention_branch(n).corr_len, branch.value, branch.std_error);
+                    spread_predicted, spread.value, spread.std_error, attention_branch(n).corr_len, branch.value,
+                    branch.std_error);
       } else {
-        std::printf(" | %.3f +- %.2g | |\n", spread.value, spread.std_error);
+        std::printf(" | %.3f / %.3f +- %.2g | |\n", spread_predicted, spread.value, spread.std_error);
       }
+    }
+    std::printf("\nBranch outputs: hidden spread and linear share in the residual input "
+                "(montecarlo::cross_share), predicted from the trace's input / measured +- standard error\n\n");
+    std::printf("| n | attention spread | attention linear_share | FFN spread | FFN linear_share |\n|---|---|---|---|---|\n");
+    for (std::size_t n = 0; n + 1 < r.measured.backward.size(); ++n) {
+      const auto a = branch_output(n, Sublayer::attention), f = branch_output(n, Sublayer::ffn);
+      const auto& ms = r.measured.branch_spread;
+      const auto& mh = r.measured.branch_share;
+      std::printf("| %zu | %.3f / %.3f +- %.2g | %.3f / %.3f +- %.2g | %.3f / %.3f +- %.2g | %.3f / %.3f +- %.2g |\n", n,
+                  a.hidden_spread, ms[2 * n].value, ms[2 * n].std_error, a.linear_share, mh[2 * n].value,
+                  mh[2 * n].std_error, f.hidden_spread, ms[2 * n + 1].value, ms[2 * n + 1].std_error, f.linear_share,
+                  mh[2 * n + 1].value, mh[2 * n + 1].std_error);
     }
     return 0;
   }
@@ -144,14 +169,18 @@ int main(int argc, char** argv) {
           weight_all.push_back(errs[j].back());
         }
     }
-    // The key with an isotropic layer input, predicted / measured by layer.
-    std::string keys = std::string("| ") + k.label + " |";
+    // The key with the carried hidden spread and with an isotropic layer
+    // input, predicted / measured by layer.
+    std::string keys = std::string("| ") + k.label + " |", isotropic = " |";
     for (std::size_t n = 0; n < grads.size(); ++n) {
       char cell[32];
-      std::snprintf(cell, sizeof cell, " %.2f", grads[n].key_isotropic / all.measured.weight_grads[n].k.value);
+      const double measured_key = all.measured.weight_grads[n].k.value;
+      std::snprintf(cell, sizeof cell, " %.2f", grads[n].key / measured_key);
       keys += cell;
+      std::snprintf(cell, sizeof cell, " %.2f", grads[n].key_isotropic / measured_key);
+      isotropic += cell;
     }
-    key_lines.push_back(keys + " |");
+    key_lines.push_back(keys + isotropic + " |");
     if (!errs[0].empty()) {
       char line[256];
       const auto pv = mc::percentiles_of(errs[0]), po = mc::percentiles_of(errs[1]), p1 = mc::percentiles_of(errs[2]),
@@ -170,8 +199,9 @@ int main(int argc, char** argv) {
   for (const auto& l : weight_lines) std::printf("%s\n", l.c_str());
   const auto w = mc::percentiles_of(weight_all);
   std::printf("| all matrices, all layers | %.1f / %.1f (p99 %.1f) | | | |\n", w.p50, w.p90, w.p99);
-  std::printf("\nKey weight gradient with an isotropic layer input (key_isotropic), predicted / measured, layers 1..N:\n\n");
-  std::printf("| model | ratios |\n|---|---|\n");
+  std::printf("\nKey weight gradient predicted / measured, layers 1..N: with the carried hidden spread (key), "
+              "with an isotropic layer input (key_isotropic):\n\n");
+  std::printf("| model | key | key_isotropic |\n|---|---|---|\n");
   for (const auto& l : key_lines) std::printf("%s\n", l.c_str());
   return 0;
 }

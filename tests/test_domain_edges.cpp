@@ -179,6 +179,8 @@ Moments<double> with(const std::string& field, double v, Moments<double> x = x0)
   if (field == "corr_len") x.corr_len = v;
   if (field == "corr_dim") x.corr_dim = v;
   if (field == "norm_var_ratio") x.norm_var_ratio = v;
+  if (field == "hidden_spread") x.hidden_spread = v;
+  if (field == "linear_share") x.linear_share = v;
   return x;
 }
 
@@ -207,6 +209,8 @@ std::vector<Row> moment_rows(const std::string& function, C c, Moments<double> b
       {function, "corr_len", -1, 1, true, true, fwd("corr_len")},
       {function, "corr_dim", -1, 1, true, true, fwd("corr_dim")},
       {function, "norm_var_ratio", 0, inf, true, false, fwd("norm_var_ratio")},
+      {function, "hidden_spread", 0, inf, true, false, fwd("hidden_spread")},
+      {function, "linear_share", 0, 1, true, true, fwd("linear_share")},
       {function, "grad_var", 0, inf, true, false, bwd("grad_var")},
       {function, "grad_corr_len", -1, 1, true, true, bwd("grad_corr_len")},
       {function, "grad_align_activation", 0, inf, true, false, bwd("grad_align_activation")},

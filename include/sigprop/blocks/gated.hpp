@@ -51,6 +51,13 @@ class Gated : public Component<Gated<T, Gate, Value>, T> {
     out.var = second - mean_sq;
     out.corr_len = math::ratio_or(raw(a.cov_len(), a.mean) * raw(b.cov_len(), b.mean) - mean_sq, out.var, 1);
     out.corr_dim = math::ratio_or(raw(a.cov_dim(), a.mean) * raw(b.cov_dim(), b.mean) - mean_sq, out.var, 0);
+    // Position-specific part: a_j delta b + b_j delta a + rest, the slopes
+    // the other factor's value shared by two positions, E[a_i a_k] = raw(cov_len):
+    // two independent linear images (core/hidden_spread.hpp).
+    const T k_b = spread::image_share(b, out, raw(a.cov_len(), a.mean));
+    const T k_a = spread::image_share(a, out, raw(b.cov_len(), b.mean));
+    out.hidden_spread = hidden_spread_of(b) * k_b * k_b + hidden_spread_of(a) * k_a * k_a;
+    out.linear_share = math::min_of(T(linear_share_of(b) * k_b + linear_share_of(a) * k_a), T(0 * k_a + 1));
     return out;
   }
 

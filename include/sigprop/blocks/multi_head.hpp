@@ -39,12 +39,16 @@ class MultiHead : public Component<MultiHead<T, Head>, T> {
   const Head& head() const { return head_; }
   const T& heads() const { return heads_; }
 
-  /// The per-entry moments of one head; the norm_var_ratio of the
-  /// concatenation when the head provides it (attention: the heads share the
-  /// norm of the softmax-weighted input, components/attention.hpp).
+  /// The per-entry moments of one head; the norm_var_ratio and
+  /// hidden_spread of the concatenation when the head provides them
+  /// (attention: the heads share the softmax-weighted input,
+  /// components/attention.hpp).
   Moments<T> forward_impl(const Moments<T>& in) const {
     Moments<T> out = head_.forward_trusted(in);
-    if constexpr (detail::heads_norm_var_ratio<Head>::value) out.norm_var_ratio = head_.norm_var_ratio_of_heads(in, heads_);
+    if constexpr (detail::heads_norm_var_ratio<Head>::value) {
+      out.norm_var_ratio = head_.norm_var_ratio_of_heads(in, heads_);
+      out.hidden_spread = head_.hidden_spread_of_heads(in, heads_);
+    }
     return out;
   }
 

@@ -84,7 +84,14 @@ class Residual : public Component<Residual<T, Branch>, T> {
   const T& branch_scale() const { return branch_scale_; }
 
   Moments<T> forward_impl(const Moments<T>& in) const {
-    return sum_of(in, branch_.forward_trusted(in));
+    return sum_of(in, branch_.forward_trusted(branch_input(in)));
+  }
+
+  /// The branch's input: `in`, all of whose position-specific part is
+  /// linear in itself (Moments::linear_share = 1, core/hidden_spread.hpp).
+  static Moments<T> branch_input(Moments<T> in) {
+    in.linear_share = 0 * in.var + 1;
+    return in;
   }
 
   /// The output given the branch output already computed (saves a pass);
@@ -109,6 +116,9 @@ class Residual : public Component<Residual<T, Branch>, T> {
     const auto [a, b] = centred_energies(in, branch_out);
     const T t = math::ratio_or(b, a + b, 0);
     out.norm_var_ratio = norm_var_ratio_of(in) * (1 - t) * (1 - t) + norm_var_ratio_of(branch_out) * t * t + 2 * t * (1 - t);
+    out.hidden_spread = spread::residual_sum(in, branch_out, T(skip2 * spread::position_var(in)),
+                                             T(branch2 * spread::position_var(branch_out)));
+    out.linear_share = 0 * out.var + 1;
     return out;
   }
 
@@ -170,8 +180,8 @@ class Residual : public Component<Residual<T, Branch>, T> {
 
  private:
   auto forward_states(const Moments<T>& in) const {
-    if constexpr (is_serial_v<Branch>) return branch_.forward_all(in);
-    else return std::array<Moments<T>, 1>{branch_.forward_trusted(in)};
+    if constexpr (is_serial_v<Branch>) return branch_.forward_all(branch_input(in));
+    else return std::array<Moments<T>, 1>{branch_.forward_trusted(branch_input(in))};
   }
 
   template <class States>
@@ -181,7 +191,7 @@ class Residual : public Component<Residual<T, Branch>, T> {
       return branch_.backward_with(states, g);
     } else {
       (void)states;
-      return branch_.backward_trusted(in, g);
+      return branch_.backward_trusted(branch_input(in), g);
     }
   }
 

@@ -243,7 +243,39 @@ class Attention : public Component<Attention<T>, T> {
     const SoftmaxSums<T> s = softmax_sums(a);
     Moments<T> out = forward_with(a, s);
     out.norm_var_ratio = norm_var_ratio_with(in, a, s, T(0 * in.var + 1));  // one head
+    out.hidden_spread = hidden_spread_with(in, T(0 * in.var + 1));
+    out.linear_share = linear_share_with(in, a, s, out);
     return out;
+  }
+
+  /// The share of the output's position-specific variance that is linear in
+  /// the input's own row, times the input's own linear_share
+  /// (core/hidden_spread.hpp). By Stein's lemma the linear coefficient of
+  /// z_i = sum_k P_ik x_k in delta_i is E[dz_i/d delta_i] = M E[sum_k P_ik
+  /// (delta_k - z_i)(delta_k - z_i)^T] = M S (1 - E[S2]) (M = Wq Wk^T/sqrt(d_k),
+  /// the query path; the weight P_ii ~ 1/L of the row itself neglected), of
+  /// variance (1 - rho) gamma^2 (1 - S2)^2 per unit: the tilt moving with
+  /// the query's position-specific part. `out` is forward_with(a, s).
+  T linear_share_with(const Moments<T>& in, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
+                      const Moments<T>& out) const {
+    const T tilt = d_in_ * v_var_ * (1 - a.corr_queries) * a.tilt_var * s.shrink_sq;
+    const T share = math::ratio_or(tilt, T(out.var * (1 - out.corr_len)), 0);
+    return linear_share_of(in) * math::min_of(math::clamp_nonnegative(share), T(0 * share + 1));
+  }
+
+  /// The output's hidden_spread (core/hidden_spread.hpp) for `heads` heads
+  /// concatenated (MultiHead), validated like forward().
+  T hidden_spread_of_heads(const Moments<T>& in, const T& heads) const {
+    require_moments(name, in);
+    return hidden_spread_with(in, heads);
+  }
+
+  /// The weighted average z_i = sum_k P_ik x_k mixes the rows' position-
+  /// specific parts with weights that do not depend on their direction, so
+  /// its hidden covariance keeps the input's shape (the tilt, of covariance
+  /// S^2, is neglected); Wv (d_in -> heads d_k) is Linear's map.
+  T hidden_spread_with(const Moments<T>& in, const T& heads) const {
+    return spread::linear_map(hidden_spread_of(in), d_in_, T(heads * d_k_));
   }
 
   /// The output's norm_var_ratio (core/moments.hpp) for `heads` heads
@@ -393,9 +425,10 @@ class Attention : public Component<Attention<T>, T> {
             sigprop::weight_grad_sq(d_in_, d_k_, L, in, p.value) + coherent * k_var_};
   }
 
-  /// The same for an isotropic input (spread 1).
+  /// The same with the input's carried hidden spread (Moments::hidden_spread;
+  /// spread = 1 + hidden_spread, at most d_in).
   HeadWeightGrads<T> weight_grad_sq(const Moments<T>& in, const GradMoments<T>& g) const {
-    return weight_grad_sq(in, g, T(1) + 0 * in.var);
+    return weight_grad_sq(in, g, T(math::min_of(T(1 + hidden_spread_of(in)), d_in_)));
   }
 
   /// The paper's forms (B.8 as printed, SPEC.md), kept for comparison: they
@@ -526,8 +559,8 @@ class Attention : public Component<Attention<T>, T> {
   // replay of the forward pass): memoized per thread (core/memo.hpp).
   AttentionTerms<T> terms_of(const Moments<T>& in) const {
     return detail::memoized<Attention>(
-        std::array<T, 12>{d_in_, d_k_, seq_len_, q_var_, k_var_, v_var_, p_, in.mean, in.var, in.corr_len,
-                          in.corr_dim, norm_var_ratio_of(in)},
+        std::array<T, 13>{d_in_, d_k_, seq_len_, q_var_, k_var_, v_var_, p_, in.mean, in.var, in.corr_len,
+                          in.corr_dim, norm_var_ratio_of(in), hidden_spread_of(in)},
         [&] { return compute_terms(in); });
   }
 
@@ -546,7 +579,9 @@ class Attention : public Component<Attention<T>, T> {
     // Covariance of two hidden units within the position-specific part,
     // bounded by that part's variance (Cauchy-Schwarz).
     const T hidden_cov = clamp_abs(in.corr_dim * in.var, a.pos_var);
-    a.pos_cov_sq = a.pos_var * a.pos_var + (d_in_ - 1) * hidden_cov * hidden_cov;
+    // E[(S^2)_jj] for S the hidden covariance of the position-specific part:
+    // pos_var^2 (1 + hidden_spread) when S is not isotropic (core/hidden_spread.hpp).
+    a.pos_cov_sq = a.pos_var * a.pos_var * (1 + hidden_spread_of(in)) + (d_in_ - 1) * hidden_cov * hidden_cov;
     a.tilt_var = t * a.second * a.pos_cov_sq;
     // Relative fluctuation of |w_i|^2: E tr((M M^T)^2) / (E tr(M M^T))^2 for
     // M = Wq Wk^T / sqrt(d_k), from the Wishart moments of Wq^T Wq and Wk^T Wk.

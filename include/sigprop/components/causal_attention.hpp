@@ -90,8 +90,14 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     const SoftmaxSums<T> s = averages(in);
     Moments<T> out = full_.forward_with(a, s);
     out.norm_var_ratio = full_.norm_var_ratio_with(in, a, s, T(0 * in.var + 1));  // one head
+    out.hidden_spread = full_.hidden_spread_with(in, T(0 * in.var + 1));
+    out.linear_share = full_.linear_share_with(in, a, s, out);
     return out;
   }
+
+  /// The output's hidden_spread for `heads` heads concatenated
+  /// (Attention::hidden_spread_with), validated like forward().
+  T hidden_spread_of_heads(const Moments<T>& in, const T& heads) const { return full_.hidden_spread_of_heads(in, heads); }
 
   /// The output's norm_var_ratio for `heads` heads concatenated
   /// (Attention::norm_var_ratio_with with the softmax sums averaged over
@@ -281,7 +287,7 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
 
   const detail::CausalProfile<Real>& profile(const Moments<T>& in) const {
     static thread_local detail::CausalProfile<Real> last;
-    static thread_local std::array<T, 12> last_key{};
+    static thread_local std::array<T, 13> last_key{};
     static thread_local bool valid = false;
     const auto key = key_of(in);
     if (!valid || key != last_key) {
@@ -292,9 +298,9 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     return last;
   }
 
-  std::array<T, 12> key_of(const Moments<T>& in) const {
+  std::array<T, 13> key_of(const Moments<T>& in) const {
     return {full_.d_in(), full_.d_k(), full_.seq_len(), full_.q_var(), full_.k_var(), full_.v_var(), full_.p(),
-            in.mean, in.var, in.corr_len, in.corr_dim, norm_var_ratio_of(in)};
+            in.mean, in.var, in.corr_len, in.corr_dim, norm_var_ratio_of(in), hidden_spread_of(in)};
   }
 
   // S2_n, J_n, F_cov(n) for n = 1..L of one lane, from Attention over n keys.
@@ -302,6 +308,7 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     const auto at = [i](const T& x) { return static_cast<Real>(lane(x, i)); };
     Moments<Real> x{at(in.mean), at(in.var), at(in.corr_len), at(in.corr_dim)};
     x.norm_var_ratio = at(norm_var_ratio_of(in));  // the keys' norm fluctuation (Attention)
+    x.hidden_spread = at(hidden_spread_of(in));    // the tilt's hidden covariance (Attention)
     const auto L = static_cast<std::size_t>(at(full_.seq_len()));
     detail::CausalProfile<Real> f;
     f.sum_sq.assign(L, Real(1));

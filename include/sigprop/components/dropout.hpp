@@ -35,6 +35,12 @@ class Dropout : public Component<Dropout<T>, T> {
     // The mask adds Var[sum m_j x_j^2/(1 - p)] = (p/(1 - p)) sum E[x_j^4], with
     // E[x^4] = 3 E[x^2]^2 for Gaussian entries: 3p/(2(1 - p)) in units of 2 E^2/d.
     out.norm_var_ratio = norm_var_ratio_of(in) + 3 * p_ / (2 * keep);
+    // The mask's noise: isotropic, and unit j's share p/(1 - p) m_j^2 of its
+    // shared value m_j ~ N(mu, r s^2) (core/hidden_spread.hpp).
+    spread::carry_elementwise(*this, in, out);
+    const T shared = math::clamp_nonnegative(T(in.corr_len * in.var)), odds = p_ / keep;
+    const T heterogeneity = 2 * shared * shared + 4 * in.mean * in.mean * shared;
+    out.hidden_spread += math::ratio_or(T(odds * odds * heterogeneity), T(spread::position_var(out) * spread::position_var(out)), 0);
     return out;
   }
 

@@ -313,6 +313,7 @@ class Gelu : public Component<Gelu<T>, T> {
       set_lane(out.corr_dim, i, var > 0 ? quad.cov(lane(in.corr_dim, i)) / var : lane(in.corr_dim, i));
     });
     out.norm_var_ratio = detail::smooth_activation_norm_var_ratio<Gelu>(in, &detail::GeluQuadrature<double>::value);
+    spread::carry_elementwise(*this, in, out);  // core/hidden_spread.hpp
     return out;
   }
 

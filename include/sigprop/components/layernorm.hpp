@@ -296,6 +296,8 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
     out.corr_len = corr_len_map(in.corr_len);
     out.corr_dim = -1 / (d_ - 1) + 0 * in.mean;
     out.norm_var_ratio = 0 * in.mean;
+    out.hidden_spread = spread::normalized(in, d_);  // core/hidden_spread.hpp
+    out.linear_share = linear_share_of(in);
     return out;
   }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "sigprop/core/component.hpp"
+#include "sigprop/core/hidden_spread.hpp"
 
 namespace sigprop {
 
@@ -52,6 +53,8 @@ class Linear : public Component<Linear<T>, T> {
     out.corr_len = math::ratio_or(in.corr_len * in.var + mean_sq, second, 1);
     out.corr_dim = 0 * in.mean;
     out.norm_var_ratio = norm_var_ratio_map(in);
+    out.hidden_spread = spread::linear_map(hidden_spread_of(in), d_in_, d_out_);
+    out.linear_share = linear_share_of(in);
     return out;
   }
 

@@ -191,6 +191,7 @@ class Relu : public Component<Relu<T>, T> {
     else out = forward_in<T>(in);
     out.norm_var_ratio =
         detail::activation_norm_rule(detail::relu_kurtosis_ratio(in.mean, in.var), norm_var_ratio_of(in));
+    spread::carry_elementwise(*this, in, out);  // core/hidden_spread.hpp
     return out;
   }
 

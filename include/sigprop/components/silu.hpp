@@ -363,6 +363,7 @@ class Silu : public Component<Silu<T>, T> {
       set_lane(out.corr_dim, i, r_dim == r_len ? c_len : quad.cov_per_var(r_dim, per_var) / per_var);
     }
     out.norm_var_ratio = detail::smooth_activation_norm_var_ratio<Silu>(in, [](double x) { return detail::silu_value(x); });
+    spread::carry_elementwise(*this, in, out);  // core/hidden_spread.hpp
     return out;
   }
 

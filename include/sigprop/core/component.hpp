@@ -17,6 +17,7 @@
 #pragma once
 
 #include "sigprop/core/domain.hpp"
+#include "sigprop/core/hidden_spread.hpp"
 #include "sigprop/core/math.hpp"
 #include "sigprop/core/moments.hpp"
 #include "sigprop/core/validate.hpp"
@@ -105,15 +106,22 @@ class Component {
  protected:
   static Moments<T> checked(const char* function, Moments<T> out) {
     out.norm_var_ratio = norm_var_ratio_of(out);  // a batch left unset: 1 (Gaussian) in every lane
-    if (!all_finite(out.mean, out.var, out.corr_len, out.corr_dim, out.norm_var_ratio)) {
+    out.hidden_spread = hidden_spread_of(out);    // 0 (isotropic)
+    out.linear_share = linear_share_of(out);      // 1
+    if (!all_finite(out.mean, out.var, out.corr_len, out.corr_dim, out.norm_var_ratio, out.hidden_spread,
+                    out.linear_share)) {
       check_result(function, "mean", out.mean);
       check_result(function, "var", out.var);
       check_result(function, "corr_len", out.corr_len);
       check_result(function, "corr_dim", out.corr_dim);
       check_result(function, "norm_var_ratio", out.norm_var_ratio);
+      check_result(function, "hidden_spread", out.hidden_spread);
+      check_result(function, "linear_share", out.linear_share);
     }
     out.var = math::clamp_nonnegative(out.var);
     out.norm_var_ratio = math::nonnegative_or_zero(out.norm_var_ratio);
+    out.hidden_spread = math::nonnegative_or_zero(out.hidden_spread);
+    out.linear_share = math::min_of(math::nonnegative_or_zero(out.linear_share), T(0 * out.var + 1));
     out.corr_len = math::clamp_correlation(out.corr_len);
     out.corr_dim = math::clamp_correlation(out.corr_dim);
     return out;

@@ -22,6 +22,16 @@
 //                     normalizations and residual sums change it.
 // In a Post-LN stack both differ from 1 by O(1), which moves each LayerNorm's
 // gradient factor by O(1/d) and the whole stack's by O(N/d).
+//
+// Two more describe the shape of one sequence's hidden covariance (only
+// attention reads them; core/hidden_spread.hpp has the maps):
+//   hidden_spread     d tr(S^2)/tr(S)^2 - 1 for S the d x d covariance of the
+//                     position-specific parts x_i - mean_k x_k of one
+//                     sequence: 0 for isotropic S (the default), about 1
+//                     after one square Gaussian weight matrix;
+//   linear_share      the share of the position-specific variance that is a
+//                     linear image of the input of the innermost residual
+//                     branch (1 outside any branch and after a residual sum).
 #pragma once
 
 #include <type_traits>
@@ -69,6 +79,12 @@ struct Moments {
   /// Var[|x_c|^2] / (2 E[|x_c|^2]^2 / (d - 1)) for one position's centred
   /// vector x_c: 1 for Gaussian entries (the default), 0 after a normalization.
   T norm_var_ratio = detail::by_default<T, 1>();
+  /// d tr(S^2)/tr(S)^2 - 1 of a sequence's position-specific hidden
+  /// covariance S: 0 for isotropic S (the default).
+  T hidden_spread = detail::by_default<T, 0>();
+  /// Share of the position-specific variance linear in the innermost
+  /// residual branch's input: 1 (the default) outside a branch.
+  T linear_share = detail::by_default<T, 1>();
 
   /// Covariance of two positions in one hidden unit: corr_len * var.
   T cov_len() const { return corr_len * var; }
@@ -80,6 +96,18 @@ struct Moments {
 template <class T>
 T norm_var_ratio_of(const Moments<T>& m) {
   return detail::lanes_or<1>(m.norm_var_ratio, m.var);
+}
+
+/// m.hidden_spread (0 in the lanes of a batch that left it unset).
+template <class T>
+T hidden_spread_of(const Moments<T>& m) {
+  return detail::lanes_or<0>(m.hidden_spread, m.var);
+}
+
+/// m.linear_share (1 in the lanes of a batch that left it unset).
+template <class T>
+T linear_share_of(const Moments<T>& m) {
+  return detail::lanes_or<1>(m.linear_share, m.var);
 }
 
 /// Backward moments of the gradient dLoss/dx (its mean is zero throughout).

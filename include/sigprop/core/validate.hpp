@@ -108,6 +108,9 @@ void require_moments(const char* function, const Moments<T>& m) {
   require_correlation(function, "corr_len", m.corr_len);
   require_correlation(function, "corr_dim", m.corr_dim);
   require_variance(function, "norm_var_ratio", norm_var_ratio_of(m));
+  require_variance(function, "hidden_spread", hidden_spread_of(m));
+  detail::require(function, "linear_share", linear_share_of(m), [](double v) { return v >= 0 && v <= 1; },
+                  "[0, 1]");
 }
 
 /// Gradient moments entering `function`'s backward map.

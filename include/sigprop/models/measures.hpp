@@ -91,14 +91,14 @@ inline double sensitivity(const Trace& t) {
 
 /// E||dLoss/dW||_F^2 of one layer's weight matrices over one sequence of L
 /// positions (the loss summed over positions; V and K summed over the heads,
-/// i.e. the d x d matrices). Q is not given. `key_isotropic` is the key's
-/// with the layer input taken as isotropic (Attention::weight_grad_sq with
-/// spread 1): right for a Gaussian input such as the first layer's, low in
-/// deeper layers, whose input has passed through random weight matrices and
-/// has an anisotropic position-specific covariance (spread > 1) that the
-/// moment state does not track (docs/schemes.md, "Quantities in the trace").
+/// i.e. the d x d matrices). Q is not given. `key` is the key's with the
+/// layer input's hidden spread as the trace carries it
+/// (core/hidden_spread.hpp); `key_isotropic` the same with the input taken
+/// as isotropic (Attention::weight_grad_sq with spread 1), right for a
+/// Gaussian input such as the first layer's and low in deeper layers
+/// (docs/schemes.md, "Quantities in the trace").
 struct WeightGradNorms {
-  double v = 0, o = 0, ffn1 = 0, ffn2 = 0, key_isotropic = 0;
+  double v = 0, o = 0, ffn1 = 0, ffn2 = 0, key = 0, key_isotropic = 0;
 };
 
 namespace detail {
@@ -157,9 +157,11 @@ std::vector<WeightGradNorms> weight_grad_norms_with(const ModelConfig& config, c
       const auto states = block.forward_all(io.input);
       const auto grads = block.backward_all(io.input, io.grad_out);
       // grads[1]: the gradient at the heads' concatenated outputs, one head's output per entry.
-      const auto head = block.template part<0>().head().weight_grad_sq(io.input, grads[1]);
+      const auto& one_head = block.template part<0>().head();
+      const auto head = one_head.weight_grad_sq(io.input, grads[1]);
       g.v = s.heads * head.value;
-      g.key_isotropic = s.heads * head.key;
+      g.key = s.heads * head.key;
+      g.key_isotropic = s.heads * one_head.weight_grad_sq(io.input, grads[1], 1.0).key;
       g.o = block.template part<1>().weight_grad_sq(states[1], grads[2], L);
     }
     {

@@ -169,7 +169,7 @@ SublayerForward<T> sublayer_forward(const StackShape<T>& s, const W& w, Sublayer
                                     const Moments<T>& x) {
   return with_sublayer(s, w, which, std::move(block), [&](const auto& sub) {
     const auto& res = residual_of<T>(sub);
-    const Moments<T> f = res.branch().forward(x);
+    const Moments<T> f = res.branch().forward(res.branch_input(x));
     const Moments<T> sum = res.combine(x, f);
     SublayerForward<T> r;
     if constexpr (is_serial_v<std::decay_t<decltype(sub)>>) r.out = sub.template part<1>().forward(sum);
@@ -398,7 +398,7 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
   const auto empty_row = [lanes](std::size_t layer) {
     BasicTraceRow<Batch> r;
     r.layer = layer;
-    r.forward = {Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes)};
+    r.forward = {Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes)};
     r.backward = {Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes), Batch(lanes)};
     r.domain = {Batch(lanes), Batch(lanes), Batch(lanes)};
     r.branch_var = r.residual_share = Batch(lanes);
@@ -415,6 +415,8 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
     put(from.forward.corr_len, to.forward.corr_len);
     put(from.forward.corr_dim, to.forward.corr_dim);
     put(from.forward.norm_var_ratio, to.forward.norm_var_ratio);
+    put(from.forward.hidden_spread, to.forward.hidden_spread);
+    put(from.forward.linear_share, to.forward.linear_share);
     put(from.backward.var, to.backward.var);
     put(from.backward.corr_len, to.backward.corr_len);
     put(from.backward.align_activation, to.backward.align_activation);
@@ -458,6 +460,8 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
       input.corr_len(j) = x.corr_len;
       input.corr_dim(j) = x.corr_dim;
       input.norm_var_ratio(j) = x.norm_var_ratio;
+      input.hidden_spread(j) = x.hidden_spread;
+      input.linear_share(j) = x.linear_share;
       for (std::size_t k = 0; k < N; ++k) {
         const LayerWeights& a = weights[i].layers[k];
         BatchLayerWeights<BatchChunk>& b = layers[k];
@@ -489,7 +493,8 @@ inline Trace lane_of(const BatchTrace& b, std::size_t i) {
     TraceRow o;
     o.layer = r.layer;
     o.forward = {lane(r.forward.mean, i), lane(r.forward.var, i), lane(r.forward.corr_len, i),
-                 lane(r.forward.corr_dim, i), lane(r.forward.norm_var_ratio, i)};
+                 lane(r.forward.corr_dim, i), lane(r.forward.norm_var_ratio, i), lane(r.forward.hidden_spread, i),
+                 lane(r.forward.linear_share, i)};
     o.backward = {lane(r.backward.var, i), lane(r.backward.corr_len, i), lane(r.backward.align_activation, i),
                   lane(r.backward.align_mean, i), lane(r.backward.norm_coupling, i)};
     o.domain = lane_of(r.domain, i);

@@ -49,9 +49,13 @@ struct ModelSimulation {
   /// `forward_mid`: what a LayerNorm at that point divides by.
   std::vector<Estimate> norm_var, norm_var_mid;
   /// VectorMomentAccumulator::hidden_spread of the same activations: how far
-  /// the hidden covariance within a sequence is from isotropic (not carried
-  /// by the closed forms; docs/validation.md, "Whole models").
+  /// the hidden covariance within a sequence is from isotropic
+  /// (core/hidden_spread.hpp).
   std::vector<Estimate> hidden_spread, hidden_spread_mid;
+  /// Per sublayer (2 n attention, 2 n + 1 FFN of layer n): the hidden spread
+  /// of the branch output f and its linear share in the residual input
+  /// (cross_share).
+  std::vector<Estimate> branch_spread, branch_share;
 
   /// Per layer: E||dLoss/dW||_F^2 of each weight matrix over one sequence
   /// (Q, K, V summed over the heads).
@@ -213,7 +217,8 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
   const auto L = static_cast<Eigen::Index>(config.seq_len), d = static_cast<Eigen::Index>(config.d);
   const bool pre = config.arch == Arch::pre_ln, post = config.arch == Arch::post_ln;
   std::vector<MomentAccumulator> fwd(N + 1), mid(N), branch(2 * N);
-  std::vector<VectorMomentAccumulator> norms(N + 1), norms_mid(N);
+  std::vector<VectorMomentAccumulator> norms(N + 1), norms_mid(N), branch_vectors(2 * N);
+  std::vector<std::vector<double>> shares(2 * N);
   std::vector<MomentAccumulator> bwd(N + 1), bwd_mid(N);
   std::vector<std::array<std::vector<double>, 6>> grad_norms(N);  // per layer: q, k, v, o, ffn1, ffn2 per trial
   Random rng(setup.seed);
@@ -240,7 +245,10 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
         }
         const ops::Matrix f = sub == 0 ? detail::attention_branch(config, params[n], *h, cache, rng)
                                        : detail::ffn_branch(config, params[n], *h, cache, rng);
-        branch[2 * n + static_cast<std::size_t>(sub)].add(f);
+        const std::size_t at = 2 * n + static_cast<std::size_t>(sub);
+        branch[at].add(f);
+        branch_vectors[at].add(f);
+        shares[at].push_back(cross_share(x, f));
         const double skip = sub == 0 ? w.attn_skip : w.ffn_skip, scale = sub == 0 ? w.attn_branch : w.ffn_branch;
         ops::Matrix sum = skip * x + scale * f;
         if (post) {
@@ -288,6 +296,8 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
   for (auto& a : norms) s.norm_var.push_back(a.norm_var_ratio());
   for (auto& a : norms_mid) s.norm_var_mid.push_back(a.norm_var_ratio());
   for (auto& a : norms) s.hidden_spread.push_back(a.hidden_spread());
+  for (auto& a : branch_vectors) s.branch_spread.push_back(a.hidden_spread());
+  for (auto& v : shares) s.branch_share.push_back(detail::mean_estimate(v));
   for (auto& a : norms_mid) s.hidden_spread_mid.push_back(a.hidden_spread());
   for (std::size_t n = 0; n < N; ++n) {
     const auto& v = grad_norms[n];

@@ -125,6 +125,23 @@ class MomentAccumulator {
   std::vector<detail::RawMoments> trials_;
 };
 
+/// The linear share (core/hidden_spread.hpp) of one trial's branch output f
+/// in the residual input x (both L x d, rows are positions): the excess of
+/// their sample cross-covariance C = dx^T df/(L - 1) over what independent
+/// rows give, in the units of the residual rule,
+///   (d ||C||_F^2 / (tr S_x tr S_f) - d/(L - 1)) / (1 + a_x),
+/// a_x = d tr(S_x^2)/tr(S_x)^2 - 1 - d/(L - 1). Averaged over trials it is
+/// the share that makes the rule's cross term 2 A B_lin (1 + a_x) exact.
+inline double cross_share(const Eigen::MatrixXd& x, const Eigen::MatrixXd& f) {
+  const double L = static_cast<double>(x.rows()), d = static_cast<double>(x.cols());
+  const Eigen::MatrixXd dx = x.rowwise() - x.colwise().mean(), df = f.rowwise() - f.colwise().mean();
+  const Eigen::MatrixXd sx = dx.transpose() * dx / (L - 1), c = dx.transpose() * df / (L - 1);
+  const double tx = sx.trace(), tf = df.squaredNorm() / (L - 1);
+  if (!(tx > 0) || !(tf > 0)) return 0;
+  const double spread_x = d * sx.squaredNorm() / (tx * tx) - 1 - d / (L - 1);
+  return (d * c.squaredNorm() / (tx * tf) - d / (L - 1)) / (1 + spread_x);
+}
+
 /// Accumulates the whole-vector moments of core/moments.hpp over trials:
 /// norm_var_ratio of an activation and the alignments of its gradient.
 class VectorMomentAccumulator {
@@ -141,9 +158,17 @@ class VectorMomentAccumulator {
     // The hidden covariance of the position-specific part within the trial.
     const double L = static_cast<double>(x.rows());
     const Eigen::MatrixXd deviations = x.rowwise() - x.colwise().mean();
-    const Eigen::MatrixXd cov = deviations.transpose() * deviations / (L - 1);
+    // Sample-size corrections from the rows' own fourth moments (n = L - 1,
+    // q_i = |delta_i|^2): E ||S^||_F^2 = tr(S^2)(1 - 1/n) + E[q^2]/n and
+    // E tr(S^)^2 = tr(S)^2 + Var[q]/n, so Gaussian rows, rows of fixed norm
+    // and dropout's heavier tails all read 0 for an isotropic S.
+    const double n = L - 1;
+    const Eigen::MatrixXd cov = deviations.transpose() * deviations / n;
+    const Eigen::ArrayXd row_sq = deviations.rowwise().squaredNorm().array();
+    const double q2 = row_sq.square().mean(), q_var = (row_sq - row_sq.mean()).square().sum() / (L - 1);
     const double trace = cov.trace();
-    if (trace > 0) hidden_spread_.push_back(d * cov.squaredNorm() / (trace * trace) - 1 - d / (L - 1));
+    const double trace_sq = (cov.squaredNorm() - q2 / n) / (1 - 1 / n), trace2 = trace * trace - q_var / n;
+    if (trace2 > 0) hidden_spread_.push_back(d * trace_sq / trace2 - 1);
     if (g.size() == 0) return;
     // Per row: (g . x_c/|x_c|)^2, (g . 1)^2/d and |g|^2/d.
     const Eigen::VectorXd along_x = g.cwiseProduct(centred).rowwise().sum().array().square() / q.array();
@@ -173,10 +198,10 @@ class VectorMomentAccumulator {
   }
 
   /// The spread of the hidden covariance S of the position-specific part
-  /// within a trial, d tr(S^2)/tr(S)^2 - 1, less the d/(L - 1) that L
-  /// Gaussian rows of isotropic covariance give (the sample covariance's
-  /// spread, Marchenko-Pastur): 0 for rows whose covariance is isotropic,
-  /// ~1 after a square random linear map. Its mean over the trials.
+  /// within a trial, d tr(S^2)/tr(S)^2 - 1 (core/hidden_spread.hpp), with
+  /// tr(S^2) and tr(S)^2 corrected for the L rows' sampling (add()): 0 for
+  /// rows whose covariance is isotropic, ~1 after a square random linear
+  /// map. Its mean over the trials.
   Estimate hidden_spread() const {
     require(!hidden_spread_.empty());
     return detail::mean_estimate(hidden_spread_);
