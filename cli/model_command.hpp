@@ -233,7 +233,7 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
   const char* columns[] = {"layer", "var", "corr_len", "grad_var", "grad_corr_len", "mean", "corr_dim",
                            "mid_var", "mid_corr_len", "mid_grad_var", "mid_grad_corr_len", "score_var",
                            "outside_domain", "branch_var", "residual_share", "mid_branch_var",
-                           "mid_residual_share", "v_grad_sq", "o_grad_sq", "ffn1_grad_sq", "ffn2_grad_sq",
+                           "mid_residual_share", "q_grad_sq", "k_grad_sq", "v_grad_sq", "o_grad_sq", "ffn1_grad_sq", "ffn2_grad_sq",
                            "spike_attn_bound", "spike_ffn_bound"};
   // Weight-gradient norms and Spike No More bounds are derived for encoder
   // stacks (models/measures.hpp); decoders leave those cells empty.
@@ -261,16 +261,16 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
     v.push_back(exact(r.branch_var));
     v.push_back(exact(r.residual_share));
     if (n == 0) {
-      v.insert(v.end(), 8, none);
+      v.insert(v.end(), 10, none);
       return v;
     }
     v.push_back(exact(t.mid[n - 1].branch_var));
     v.push_back(exact(t.mid[n - 1].residual_share));
     if (grads.empty()) {
-      v.insert(v.end(), 4, none);
+      v.insert(v.end(), 6, none);
     } else {
       const WeightGradNorms& g = grads[n - 1];
-      for (double x : {g.v, g.o, g.ffn1, g.ffn2}) v.push_back(exact(x));
+      for (double x : {g.query, g.key, g.v, g.o, g.ffn1, g.ffn2}) v.push_back(exact(x));
     }
     v.push_back(spikes.empty() ? none : exact(spikes[n - 1].attention));
     v.push_back(spikes.empty() ? none : exact(spikes[n - 1].ffn));

@@ -171,16 +171,23 @@ int main(int argc, char** argv) {
     }
     // The key with the carried hidden spread and with an isotropic layer
     // input, predicted / measured by layer.
-    std::string keys = std::string("| ") + k.label + " |", isotropic = " |";
-    for (std::size_t n = 0; n < grads.size(); ++n) {
+    // ("-" where the simulation's gradient is 0, e.g. ReZero's branches.)
+    std::string keys = std::string("| ") + k.label + " |", isotropic = " |", queries = " |";
+    const auto ratio = [](double pred, double measured) {
       char cell[32];
-      const double measured_key = all.measured.weight_grads[n].k.value;
-      std::snprintf(cell, sizeof cell, " %.2f", grads[n].key / measured_key);
-      keys += cell;
-      std::snprintf(cell, sizeof cell, " %.2f", grads[n].key_isotropic / measured_key);
-      isotropic += cell;
+      if (measured > 0)
+        std::snprintf(cell, sizeof cell, " %.2f", pred / measured);
+      else
+        std::snprintf(cell, sizeof cell, " -");
+      return std::string(cell);
+    };
+    for (std::size_t n = 0; n < grads.size(); ++n) {
+      const auto& m = all.measured.weight_grads[n];
+      keys += ratio(grads[n].key, m.k.value);
+      isotropic += ratio(grads[n].key_isotropic, m.k.value);
+      queries += ratio(grads[n].query, m.q.value);
     }
-    key_lines.push_back(keys + isotropic + " |");
+    key_lines.push_back(keys + isotropic + queries + " |");
     if (!errs[0].empty()) {
       char line[256];
       const auto pv = mc::percentiles_of(errs[0]), po = mc::percentiles_of(errs[1]), p1 = mc::percentiles_of(errs[2]),
@@ -199,9 +206,9 @@ int main(int argc, char** argv) {
   for (const auto& l : weight_lines) std::printf("%s\n", l.c_str());
   const auto w = mc::percentiles_of(weight_all);
   std::printf("| all matrices, all layers | %.1f / %.1f (p99 %.1f) | | | |\n", w.p50, w.p90, w.p99);
-  std::printf("\nKey weight gradient predicted / measured, layers 1..N: with the carried hidden spread (key), "
-              "with an isotropic layer input (key_isotropic):\n\n");
-  std::printf("| model | key | key_isotropic |\n|---|---|---|\n");
+  std::printf("\nKey and query weight gradients predicted / measured, layers 1..N: the key with the carried hidden "
+              "spread (key) and with an isotropic layer input (key_isotropic), the query (query):\n\n");
+  std::printf("| model | key | key_isotropic | query |\n|---|---|---|---|\n");
   for (const auto& l : key_lines) std::printf("%s\n", l.c_str());
   return 0;
 }

@@ -162,9 +162,9 @@ TEST_CASE("cli: results outside the validated domain are flagged, not refused", 
   const Outcome csv = run(csv_args);
   CHECK(csv.status == 0);
   CHECK(csv.out.find(",score_var,outside_domain,branch_var,residual_share,mid_branch_var,mid_residual_share,"
-                     "v_grad_sq,o_grad_sq,ffn1_grad_sq,ffn2_grad_sq,spike_attn_bound,spike_ffn_bound\n") !=
+                     "q_grad_sq,k_grad_sq,v_grad_sq,o_grad_sq,ffn1_grad_sq,ffn2_grad_sq,spike_attn_bound,spike_ffn_bound\n") !=
         std::string::npos);
-  CHECK(csv.out.find(",0,0,0,0,,,,,,,,\n") != std::string::npos);  // the input row: inside, no branch
+  CHECK(csv.out.find(",0,0,0,0,,,,,,,,,,\n") != std::string::npos);  // the input row: inside, no branch
   CHECK(std::count(csv.out.begin(), csv.out.end(), '\n') == 5);
   // Xavier Q/K: inside, no warning, no marks.
   const Outcome plain = run({"table", "--layers", "3", "--d", "128", "--heads", "4", "--seq", "128"});

@@ -4,6 +4,7 @@
 // DSLM-simplified and BERT-style initialization, ReLU and GeLU, and two
 // models fed IID tokens.
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "support.hpp"
@@ -29,6 +30,16 @@ void check_weight_grads(const mc::ModelCase& k, const mc::ModelCaseResult& r) {
     for (const auto& [pred, est] : {std::pair<double, mc::Estimate>{g[n].v, m.v}, {g[n].o, m.o}, {g[n].ffn1, m.ffn1},
                                     {g[n].ffn2, m.ffn2}})
       CHECK(std::abs(pred - est.value) <= 4 * est.std_error + 0.06 * est.value);
+    // Key and query: 4 standard errors plus 20 % (first layers at Xavier
+    // scores 11-17 % high, docs/schemes.md), 35 % where the carried spread
+    // is known to be low in the upper layers (Pre-LN DSLM GeLU 0.72-0.87,
+    // Post-LN Xavier GeLU with IID input 0.54-0.80 of the simulation); the
+    // key without its coherent part is 8-50 % low, with an isotropic input
+    // down to 0.28.
+    const std::string label = k.label;
+    const double margin = label == "pre-ln dslm gelu" || label == "post-ln xavier gelu, IID input" ? 0.35 : 0.2;
+    for (const auto& [pred, est] : {std::pair<double, mc::Estimate>{g[n].key, m.k}, {g[n].query, m.q}})
+      CHECK(std::abs(pred - est.value) <= 4 * est.std_error + margin * est.value);
   }
 }
 

@@ -182,11 +182,11 @@ struct ProjectionGrads {
   GradMoments<T> query, key, value;
 };
 
-/// E||dLoss/dW||_F^2 of one head's key and value projections over one
-/// sequence (Attention::weight_grad_sq).
+/// E||dLoss/dW||_F^2 of one head's key, value and query projections over
+/// one sequence (Attention::weight_grad_sq).
 template <class T>
 struct HeadWeightGrads {
-  T key, value;
+  T key, value, query;
 };
 
 /// Which gradient paths backward() includes: both (the real gradient), or
@@ -388,7 +388,7 @@ class Attention : public Component<Attention<T>, T> {
             checked_grad(grad_of(value_output_of(sums, g)))};
   }
 
-  /// E||dLoss/dW||_F^2 of this head's Wk and Wv over one sequence, for input
+  /// E||dLoss/dW||_F^2 of this head's Wk, Wv and Wq over one sequence, for input
   /// `in` and gradient `g` at the head's output (validated like backward()).
   /// dWk = X^T dK and dWv = X^T dV pair X with gradients that contain X
   /// itself: dK_k = sum_i dS_ik q_i carries v_k = x_k Wv through dS, and
@@ -400,8 +400,23 @@ class Attention : public Component<Attention<T>, T> {
   /// Against a single-head simulation with the gradient independent of the
   /// input (tests/test_measures.cpp, docs/schemes.md) both are within 5 % for
   /// r > 0; the key's is 10-18 % high for i.i.d. inputs with r_g >= 0.5.
-  /// Wq is not given: its gradient misses a further correlation at r = 0,
-  /// r_g > 0 (-10 to -19 %), not yet derived.
+  ///
+  /// dWq = X^T dQ with dQ_i = sum_k dS_ik k_k / sqrt(d_k): x_i enters dQ_i only
+  /// through P_ik(q_i), whose first-order term gives a coherent part of
+  /// relative size sigma^2/d_k (negligible), so Linear's form carries Wq,
+  /// plus one term at small r: to first order dQ_i = q_i Wk^T M(g_i) Wk / d_k
+  /// with M(g) = (1/L) sum_k (u_k . Wv g^T) u_k^T x_k, the keys' and values'
+  /// sample third moment, shared by all queries. It has mean 0 but
+  /// E||M||^2 = pos_var^2 |Wv g^T|^2 d_in^2 m2 / L, and the query pairs i != m
+  /// with correlated gradients pair it with (x_i . x_m)(x_i . x_m)-type terms,
+  ///   (L - 1) r_g Var[g] q_var k_var^2 v_var d_in^4 d_k pos_var^2 m2
+  ///     (spread pos_var^2 + 2 pos_var (r s^2 + mu^2)),
+  /// which is L r_g times 1/L: the same order as the diagonal for i.i.d.
+  /// inputs (without it Wq is 13-15 % low at r = 0, r_g >= 0.5, scores 1-2).
+  /// Measured (tests/test_measures.cpp, docs/schemes.md): within 4 % at
+  /// r > 0 and small r_g; at r_g = 0.9 and r in (0, 0.5] up to 12 % high,
+  /// which is the query gradient's length covariance (projection_grads) over-
+  /// predicted by 3 % at score 0.5, 5 % at 1, 12 % at 2 and 35-48 % at 4.
   ///
   /// The coherent part is quadratic in the position-specific part u of the
   /// input: it contracts tr(Sigma^2), Sigma = E[u^T u] for the given weights,
@@ -421,8 +436,13 @@ class Attention : public Component<Attention<T>, T> {
     const T& L = seq_len_;
     const T sequence = L * a.second + L * (L - 1) * feasible_corr(g.corr_len) * a.common;
     const T coherent = spread * a.pos_var * a.pos_var * d_in_ * d_in_ * d_k_ * q_var_ * g.var * sequence;
+    const T d2 = d_in_ * d_in_;
+    const T shared_third = (L - 1) * feasible_corr(g.corr_len) * g.var * q_var_ * k_var_ * k_var_ * v_var_ * d2 * d2 *
+                           d_k_ * a.pos_var * a.pos_var * a.second *
+                           (spread * a.pos_var * a.pos_var + 2 * a.pos_var * a.common);
     return {sigprop::weight_grad_sq(d_in_, d_k_, L, in, p.key) + coherent * v_var_,
-            sigprop::weight_grad_sq(d_in_, d_k_, L, in, p.value) + coherent * k_var_};
+            sigprop::weight_grad_sq(d_in_, d_k_, L, in, p.value) + coherent * k_var_,
+            sigprop::weight_grad_sq(d_in_, d_k_, L, in, p.query) + shared_third};
   }
 
   /// The same with the input's carried hidden spread (Moments::hidden_spread;

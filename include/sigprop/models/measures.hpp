@@ -90,15 +90,16 @@ inline double sensitivity(const Trace& t) {
 }
 
 /// E||dLoss/dW||_F^2 of one layer's weight matrices over one sequence of L
-/// positions (the loss summed over positions; V and K summed over the heads,
-/// i.e. the d x d matrices). Q is not given. `key` is the key's with the
-/// layer input's hidden spread as the trace carries it
+/// positions (the loss summed over positions; Q, K and V summed over the
+/// heads, i.e. the d x d matrices). `query` and `key` are
+/// Attention::weight_grad_sq's with the layer input's hidden spread as the
+/// trace carries it
 /// (core/hidden_spread.hpp); `key_isotropic` the same with the input taken
 /// as isotropic (Attention::weight_grad_sq with spread 1), right for a
 /// Gaussian input such as the first layer's and low in deeper layers
 /// (docs/schemes.md, "Quantities in the trace").
 struct WeightGradNorms {
-  double v = 0, o = 0, ffn1 = 0, ffn2 = 0, key = 0, key_isotropic = 0;
+  double v = 0, o = 0, ffn1 = 0, ffn2 = 0, key = 0, key_isotropic = 0, query = 0;
 };
 
 namespace detail {
@@ -162,6 +163,7 @@ std::vector<WeightGradNorms> weight_grad_norms_with(const ModelConfig& config, c
       g.v = s.heads * head.value;
       g.key = s.heads * head.key;
       g.key_isotropic = s.heads * one_head.weight_grad_sq(io.input, grads[1], 1.0).key;
+      g.query = s.heads * head.query;
       g.o = block.template part<1>().weight_grad_sq(states[1], grads[2], L);
     }
     {
