@@ -82,10 +82,20 @@
 //     Cov_K = -Var_K / (L - 1)   (exact: sum_k dK_k = sum_i (sum_k dS_ik) q_i = 0)
 //   shared4 = E|c|^4 / d_in^2 = common^2 + 2 r s^2 (r s^2 + 2 mu^2)/d_in (one
 //   input row c enters both q and v when all positions share it), and
-//   common_eff = common + (pos_var^3 + 2 pos_var common^2) t (2 + d_in/d_k):
-//   the two queries' weights on key k tilt their position-specific parts
-//   towards k_k and the shared part towards larger norm (the quadratic form
-//   a^T M M^T a / |a|^2 = t (2 + d_in/d_k) for a = Wq wk_j).
+//   common_eff = common + (pos_var^3 + 2 pos_var^2 common + 2 pos_var common^2)
+//                t (1 + (d_in + 1)/d_k):
+//   the two queries' weights on key k, to first order
+//   (s_ik - sbar_i)(s_mk - sbar_m), correlate with q_i . q_m. With
+//   x_i = c + u_i, s_ik - sbar_i = x_i . a, a = Wq kt_k / sqrt(d_k), and
+//   G = Wq Wq^T, the excess of E[(x_i . a)(x_m . a) x_i G x_m^T] over the
+//   product of the two means is pos_var^2 a^T G a (both tilts, u_i and u_m),
+//   2 pos_var (c . a) a^T G c^T (one tilt against the shared part) and
+//   2 common^2 a^T G a (the shared part's own fourth moment); each contracts
+//   E[(Wq^T Wq)^2] = q_var^2 d_in (d_in + d_k + 1) I (Wishart), which is
+//   t (1 + (d_in + 1)/d_k) per unit of the coherent q_i . q_m = q_var d_k |c|^2.
+//   (The form before had t (2 + d_in/d_k) and no middle term: 7-11 % high in
+//   the key gradient at r = 0, r_g = 0.9, score 0.25-0.5, d_in/d_k = 2;
+//   docs/components/attention.md, "Key path".)
 // The two paths, and Q with K, are uncorrelated to this order (measured: the
 // cross terms are below 1 percent of the total), so backward() adds var and
 // cov_len of the value and softmax paths. At r = 1 and p = 0 the softmax path
@@ -529,8 +539,8 @@ class Attention : public Component<Attention<T>, T> {
     const T shared_var = in.corr_len * in.var;  // r s^2
     const T shared4 = a.common * a.common + 2 * shared_var * (shared_var + 2 * in.mean * in.mean) / d_in_;
     const T values = (a.pos_var + p_ * a.common) / (1 - p_);
-    const T common_eff = a.common + (a.pos_var * a.pos_var * a.pos_var +
-                                     2 * a.pos_var * a.common * a.common) * t * (2 + d_in_ / d_k_);
+    const T common_eff = a.common + (a.pos_var * a.pos_var * a.pos_var + 2 * a.pos_var * a.pos_var * a.common +
+                                     2 * a.pos_var * a.common * a.common) * t * (1 + (d_in_ + 1) / d_k_);
     const T r_g = feasible_corr(g.corr_len);
     const T coherent = a.pos_cov_sq / d_in_;
     const PathMoments query{base * k_var_ * (s.jacobian * a.pos_var * values + s.shrink_sq * coherent),
