@@ -31,7 +31,7 @@ void check_weight_grads(const mc::ModelCase& k, const mc::ModelCaseResult& r) {
                                     {g[n].ffn2, m.ffn2}})
       CHECK(std::abs(pred - est.value) <= 4 * est.std_error + 0.06 * est.value);
     // Key and query: 4 standard errors plus 20 % (first layers at Xavier
-    // scores 11-17 % high, docs/schemes.md), 35 % where the carried spread
+    // scores 13-20 % high, docs/schemes.md), 35 % where the carried spread
     // is known to be low in the upper layers (Pre-LN DSLM GeLU 0.72-0.87,
     // Post-LN Xavier GeLU with IID input 0.54-0.80 of the simulation); the
     // key without its coherent part is 8-50 % low, with an isotropic input
