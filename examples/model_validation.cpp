@@ -14,7 +14,9 @@
 // variance, length correlation and norm_var_ratio with the simulation's
 // standard error, the hidden spread (core/hidden_spread.hpp; measured by
 // montecarlo::VectorMomentAccumulator::hidden_spread) and the attention
-// branch's output length correlation.
+// branch's output length correlation; for a causal model (--set decoders)
+// also the measured forward and gradient mean square at positions 1, 2, 4,
+// ..., L of every row against the trace's sequence average.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -121,6 +123,28 @@ int main(int argc, char** argv) {
                   a.hidden_spread, ms[2 * n].value, ms[2 * n].std_error, a.linear_share, mh[2 * n].value,
                   mh[2 * n].std_error, f.hidden_spread, ms[2 * n + 1].value, ms[2 * n + 1].std_error, f.linear_share,
                   mh[2 * n + 1].value, mh[2 * n + 1].std_error);
+    }
+    if (model.first.causal) {
+      // The trace carries one state for the whole sequence; under the mask
+      // the positions differ (docs/decoders.md, "Positions").
+      std::printf("\nPer position (causal mask): measured mean square of the activations / of the gradient at "
+                  "position i +- standard error; the trace's sequence average in the last column\n\n| n |");
+      std::vector<std::size_t> positions;
+      for (std::size_t i = 1; i <= model.first.seq_len; i *= 2) positions.push_back(i);
+      if (positions.back() != model.first.seq_len) positions.push_back(model.first.seq_len);
+      for (std::size_t i : positions) std::printf(" i = %zu |", i);
+      std::printf(" average, measured | trace |\n|---|");
+      for (std::size_t j = 0; j <= positions.size() + 1; ++j) std::printf("---|");
+      std::printf("\n");
+      for (std::size_t n = 0; n < r.measured.backward.size(); ++n) {
+        const auto& fp = r.measured.forward_by_position[n];
+        const auto& bp = r.measured.backward_by_position[n];
+        std::printf("| %zu |", n);
+        for (std::size_t i : positions)
+          std::printf(" %.3g / %.3g +- %.2g |", fp[i - 1].value, bp[i - 1].value, bp[i - 1].std_error);
+        std::printf(" %.4g / %.4g | %.4g / %.4g |\n", r.measured.forward[n].var.value, r.measured.backward[n].var.value,
+                    r.predicted.rows[n].forward.var, r.predicted.rows[n].backward.var);
+      }
     }
     return 0;
   }

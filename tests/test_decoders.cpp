@@ -93,3 +93,41 @@ TEST_CASE("decoders: per-layer variances against whole-model simulation", "[deco
     }
   }
 }
+
+TEST_CASE("decoders: the simulation's per-position moments", "[decoders][montecarlo]") {
+  // montecarlo::ModelSimulation::forward_by_position / backward_by_position:
+  // their average over the positions is the row's mean square, and under the
+  // causal mask the gradient piles up at the first positions, which every
+  // later query reads (docs/decoders.md, "Positions"); without the mask the
+  // positions read alike.
+  const auto check = [](const mc::ModelCase& k, bool causal) {
+    mc::SimulationSetup setup;
+    setup.trials = 32;
+    setup.seed = 307;
+    const auto [config, weights] = mc::case_model(k);
+    const auto s = mc::simulate_model(config, weights, {1, 0}, setup);
+    const std::size_t L = config.seq_len;
+    for (std::size_t n = 0; n < s.forward.size(); ++n) {
+      double f = 0, b = 0;
+      for (std::size_t i = 0; i < L; ++i) {
+        f += s.forward_by_position[n][i].value / static_cast<double>(L);
+        b += s.backward_by_position[n][i].value / static_cast<double>(L);
+      }
+      INFO(k.label << " row " << n);
+      // var is about the sample mean of the entries, the mean squares about
+      // 0: they differ by the squared mean over L d entries (mean 0 here).
+      CHECK(f == Approx(s.forward[n].var.value).epsilon(0.01));
+      CHECK(b == Approx(s.backward[n].var.value).epsilon(0.01));
+    }
+    const auto& first = s.backward_by_position[0].front();
+    const auto& last = s.backward_by_position[0].back();
+    INFO(k.label << ": input gradient at position 1 " << first.value << " +- " << first.std_error << ", at L "
+                 << last.value << " +- " << last.std_error);
+    if (causal)
+      CHECK(first.value > 10 * last.value);  // measured 91 against 1.05 at 128 trials (llama dslm)
+    else
+      CHECK(std::abs(first.value - last.value) <= 4 * std::hypot(first.std_error, last.std_error));
+  };
+  check(mc::decoder_models()[1], true);      // llama dslm
+  check(mc::validation_models()[2], false);  // pre-ln dslm relu, no mask
+}

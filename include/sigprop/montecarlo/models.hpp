@@ -60,6 +60,14 @@ struct ModelSimulation {
   /// Per layer: E||dLoss/dW||_F^2 of each weight matrix over one sequence
   /// (Q, K, V summed over the heads).
   std::vector<WeightGradEstimates> weight_grads;
+
+  /// Per row n = 0..N and position i = 1..L (index i - 1): the mean square
+  /// over the hidden units of the activations and of the gradient at that
+  /// position. Under a causal mask the positions are not exchangeable
+  /// (docs/decoders.md); without one every position reads alike.
+  std::vector<std::vector<Estimate>> forward_by_position, backward_by_position;
+  /// The same between the sublayers of layer n (forward_mid).
+  std::vector<std::vector<Estimate>> forward_mid_by_position;
 };
 
 namespace detail {
@@ -221,6 +229,13 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
   std::vector<std::vector<double>> shares(2 * N);
   std::vector<MomentAccumulator> bwd(N + 1), bwd_mid(N);
   std::vector<std::array<std::vector<double>, 6>> grad_norms(N);  // per layer: q, k, v, o, ffn1, ffn2 per trial
+  // per row and position, one mean square per trial
+  std::vector<std::vector<std::vector<double>>> fwd_pos(N + 1, std::vector<std::vector<double>>(config.seq_len)),
+      bwd_pos = fwd_pos, mid_pos(N, std::vector<std::vector<double>>(config.seq_len));
+  const auto add_by_position = [&](std::vector<std::vector<double>>& to, const ops::Matrix& m) {
+    for (Eigen::Index i = 0; i < m.rows(); ++i)
+      to[static_cast<std::size_t>(i)].push_back(m.row(i).squaredNorm() / static_cast<double>(m.cols()));
+  };
   Random rng(setup.seed);
 
   for (std::size_t t = 0; t < setup.trials; ++t) {
@@ -233,6 +248,7 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
                         : sample_activations(L, d, weights.input, rng);
     fwd[0].add(x);
     norms[0].add(x);
+    add_by_position(fwd_pos[0], x);
     for (std::size_t n = 0; n < N; ++n) {
       const LayerWeights& w = weights.layers[n];
       for (int sub = 0; sub < 2; ++sub) {
@@ -260,15 +276,18 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
         if (sub == 0) {
           mid[n].add(x);
           norms_mid[n].add(x);
+          add_by_position(mid_pos[n], x);
         }
       }
       fwd[n + 1].add(x);
       norms[n + 1].add(x);
+      add_by_position(fwd_pos[n + 1], x);
     }
     // Final LayerNorm (Pre-LN option): the gradient is given at its output.
     ops::Matrix g = sample_gradient(L, d, grad_top, rng);
     if (pre && config.final_layernorm) g = detail::norm_backward(detail::norm_forward(config, x), g);
     bwd[N].add(g);
+    add_by_position(bwd_pos[N], g);
     for (std::size_t n = N; n-- > 0;) {
       const LayerWeights& w = weights.layers[n];
       detail::LayerGradNorms norms;
@@ -284,6 +303,7 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
         if (sub == 1) bwd_mid[n].add(g);
       }
       bwd[n].add(g);
+      add_by_position(bwd_pos[n], g);
       const double values[6] = {norms.q, norms.k, norms.v, norms.o, norms.ffn1, norms.ffn2};
       for (std::size_t j = 0; j < 6; ++j) grad_norms[n][j].push_back(values[j]);
     }
@@ -299,7 +319,15 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
   for (auto& a : branch_vectors) s.branch_spread.push_back(a.hidden_spread());
   for (auto& v : shares) s.branch_share.push_back(detail::mean_estimate(v));
   for (auto& a : norms_mid) s.hidden_spread_mid.push_back(a.hidden_spread());
+  for (std::size_t n = 0; n <= N; ++n) {
+    s.forward_by_position.emplace_back();
+    s.backward_by_position.emplace_back();
+    for (const auto& v : fwd_pos[n]) s.forward_by_position.back().push_back(detail::mean_estimate(v));
+    for (const auto& v : bwd_pos[n]) s.backward_by_position.back().push_back(detail::mean_estimate(v));
+  }
   for (std::size_t n = 0; n < N; ++n) {
+    s.forward_mid_by_position.emplace_back();
+    for (const auto& v : mid_pos[n]) s.forward_mid_by_position.back().push_back(detail::mean_estimate(v));
     const auto& v = grad_norms[n];
     using sigprop::montecarlo::detail::mean_estimate;
     s.weight_grads.push_back({mean_estimate(v[0]), mean_estimate(v[1]), mean_estimate(v[2]), mean_estimate(v[3]),
