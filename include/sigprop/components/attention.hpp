@@ -606,9 +606,15 @@ class Attention : public Component<Attention<T>, T> {
     a.common = in.corr_len * in.var + in.mean * in.mean;
     a.corr_queries = math::ratio_or(a.common, a.second, 1);
     a.score_var = a.pos_var * d_in_ * t * a.second;
-    // Covariance of two hidden units within the position-specific part,
-    // bounded by that part's variance (Cauchy-Schwarz).
-    const T hidden_cov = clamp_abs(in.corr_dim * in.var, a.pos_var);
+    // Covariance of two hidden units within the position-specific part. A
+    // positive corr_dim is the per-position offset of the paper's inputs
+    // (appendix E: one value added to every unit of a position, all of it
+    // position-specific), bounded by that part's variance (Cauchy-Schwarz).
+    // A negative one comes from centering the rows (LayerNorm), which acts
+    // on the shared and the position-specific parts alike (the separable
+    // covariance of montecarlo::sample_activations_separable): corr_dim pos_var.
+    const T hidden_cov = clamp_abs(T(math::max_of(in.corr_dim, T(0 * in.var)) * in.var), a.pos_var) +
+                         math::min_of(in.corr_dim, T(0 * in.var)) * a.pos_var;
     // E[(S^2)_jj] for S the hidden covariance of the position-specific part:
     // pos_var^2 (1 + hidden_spread) when S is not isotropic (core/hidden_spread.hpp).
     a.pos_cov_sq = a.pos_var * a.pos_var * (1 + hidden_spread_of(in)) + (d_in_ - 1) * hidden_cov * hidden_cov;
