@@ -24,7 +24,8 @@
 //   F_var = L E[sum_k P_ik^2]        -> e^{sigma^2}      (L, d_in, d_k -> inf),
 //   F_cov = L E[sum_k P_ik P_mk]     -> e^{rho sigma^2}  (two queries i != m),
 // computed here with the fluctuation of the query norm to second order (the
-// exact second cumulant of the Wishart quadratic form, fluctuation c below)
+// exact second cumulant of the Wishart quadratic form, fluctuation c below,
+// whose part 1/d_in from the row's own norm becomes nu/d_in)
 // and the finite number of keys exactly for one query:
 //   F_var = e^{sigma^2 + c sigma^4} G(sigma^2, L),
 //   G(a, n) = n^2 E[p_1^2] e^{-a} for p = softmax of n i.i.d. N(0, a) logits
@@ -38,9 +39,11 @@
 //   form before had 1, F_cov 5 % high at sigma^2 = 2.56, L = 128, r = 0) and
 //   kappa the curvature of F_var below.
 // Then, for the output before V, O = dropout(P) X:
-//   E[O^2]   = common + gamma^2 C + F_var pos_var/L + nu_pos gamma^2 O
+//   E[O^2]   = common - shift n^2 + gamma^2 C + F_var pos_var/L + nu_pos gamma^2 O
 //              + p/(1 - p) (F_var m2/L + nu_pos gamma^2 O)
-//   Cov_len  = common + rho gamma^2 (1 - F_var/L)^2 + F_cov (pos_var + rho gamma^2)/L
+//   Cov_len  = common - shift n^2 + rho gamma^2 n^2 + F_cov (pos_var + rho gamma^2)/L
+// with n = 1 - F_var/L, shift = (1 - nu) rho (2 - rho) gamma^2 the shared part
+// that rows of fixed norm lose to the weighting (compute_terms),
 // with the tilt factors C = E[1 - 5 S2 + 4 S3 + 6 S2^2 - 6 S4] and O = E[4 S2
 // - 10 S3 + 6 S4] (S_m = sum_k P_ik^m; Stein's lemma, exact for Gaussian rows
 // given the query: detail/softmax_concentration.hpp) and nu_pos below (1 for
@@ -104,7 +107,9 @@
 //
 // Keys of rows with a fixed norm (a LayerNorm's output, norm_var_ratio nu =
 // 0) make one query's scores lighter-tailed than Gaussian, excess kurtosis
-//   kappa = 6 (nu_pos - 1)/(d_in + 1),  nu_pos = (2 rho + nu (1 - rho))/(1 + rho)
+//   kappa = 6 (nu_pos - 1)(1 + a)/(d_in + 1),  nu_pos = (2 rho + nu (1 - rho))/(1 + rho)
+// (1 + a: the removed norm fluctuation 2 tr(S^2)/tr(S)^2 of a hidden
+// covariance of spread a)
 // (a score is |w_i| |x_k| times a coordinate of a uniform direction in
 // d_in - 1 dimensions, of kurtosis 3 (d_in - 1)/(d_in + 1); nu_pos is the
 // norm fluctuation of the position-specific part, whose squared norm is
@@ -154,6 +159,7 @@ struct AttentionTerms {
   T pos_norm_var;  ///< nu_pos, the norm fluctuation of a row's position-specific part (1: Gaussian)
   T tilt_cross;    ///< C, the weighted average's tilt E[sum_{k!=l} P_ik P_il ...] per gamma^2
   T tilt_own;      ///< O, the weight of longer rows E[sum_k P_ik^2 |x_k|^2] - E[S2] d per gamma^2 d
+  T shared_shift;  ///< kappa gamma^2, the shared part lost to the weighting of rows of fixed norm
 };
 
 /// The sums over the softmax weights that the closed forms use, per query i
@@ -259,16 +265,23 @@ class Attention : public Component<Attention<T>, T> {
   }
 
   /// The share of the output's position-specific variance that is linear in
-  /// the input's own row, times the input's own linear_share
-  /// (core/hidden_spread.hpp). By Stein's lemma the linear coefficient of
-  /// z_i = sum_k P_ik x_k in delta_i is E[dz_i/d delta_i] = M E[sum_k P_ik
-  /// (delta_k - z_i)(delta_k - z_i)^T] = M S (1 - E[S2]) (M = Wq Wk^T/sqrt(d_k),
-  /// the query path; the weight P_ii ~ 1/L of the row itself neglected), of
-  /// variance (1 - rho) gamma^2 (1 - S2)^2 per unit: the tilt moving with
-  /// the query's position-specific part. `out` is forward_with(a, s).
+  /// the input's own row within one sequence, times the input's own
+  /// linear_share (core/hidden_spread.hpp). By Stein's lemma the linear
+  /// coefficient of z_i = sum_k P_ik x_k in delta_i is E[dz_i/d delta_i] =
+  /// M E[sum_k P_ik (delta_k - z_i)(delta_k - z_i)^T] (M = Wq Wk^T/sqrt(d_k),
+  /// the query path; the weight P_ii ~ 1/L of the row itself neglected).
+  /// Over many sequences that is M S (1 - E[S2]), of variance (1 - rho)
+  /// gamma^2 (1 - S2)^2 per unit: the tilt moving with the query's
+  /// position-specific part. Within one sequence S is the sequence's own key
+  /// covariance S^, whose Wishart fluctuation E[S^ A S^] = S A S + tr(A S)
+  /// S/L adds t m2 pos_var^2 (d_in + 1)/L (the scores' first-order mixing,
+  /// as large as the tilt at d_in = L; measured 0.525 against 0.495 in the
+  /// first attention branch of model_validation --detail 9, 0.246 without it).
+  /// `out` is forward_with(a, s).
   T linear_share_with(const Moments<T>& in, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
                       const Moments<T>& out) const {
-    const T tilt = d_in_ * v_var_ * (1 - a.corr_queries) * a.tilt_var * s.shrink_sq;
+    const T fluct = d_in_ * q_var_ * k_var_ * a.second * a.pos_var * a.pos_var * (d_in_ + 1) / seq_len_;
+    const T tilt = d_in_ * v_var_ * (1 - a.corr_queries) * (a.tilt_var + fluct) * s.shrink_sq;
     const T share = math::ratio_or(tilt, T(out.var * (1 - out.corr_len)), 0);
     return linear_share_of(in) * math::min_of(math::clamp_nonnegative(share), T(0 * share + 1));
   }
@@ -341,7 +354,7 @@ class Attention : public Component<Attention<T>, T> {
   /// with gamma_ij (1 - F_var/L) = gamma_ij shrink_i.
   Moments<T> forward_with(const AttentionTerms<T>& a, const SoftmaxSums<T>& s) const {
     const T second = weighted_second(a, s);
-    const T cov = a.common + a.corr_queries * a.tilt_var * s.shrink_cross +
+    const T cov = a.common - a.shared_shift * s.shrink_cross + a.corr_queries * a.tilt_var * s.shrink_cross +
                   s.pair_cross * (a.pos_var + a.corr_queries * a.tilt_var);
     Moments<T> out;
     out.mean = 0 * second;
@@ -569,7 +582,7 @@ class Attention : public Component<Attention<T>, T> {
   // dropout multiplies the own terms' second moment by 1/(1 - p).
   T weighted_second(const AttentionTerms<T>& a, const SoftmaxSums<T>& s) const {
     const T own_tilt = a.pos_norm_var * a.tilt_var * s.tilt_own;
-    return a.common + a.tilt_var * s.tilt_cross + s.sum_sq * a.pos_var + own_tilt +
+    return a.common - a.shared_shift * s.shrink_sq + a.tilt_var * s.tilt_cross + s.sum_sq * a.pos_var + own_tilt +
            p_ / (1 - p_) * (s.sum_sq * a.second + own_tilt);
   }
 
@@ -619,6 +632,23 @@ class Attention : public Component<Attention<T>, T> {
     // pos_var^2 (1 + hidden_spread) when S is not isotropic (core/hidden_spread.hpp).
     a.pos_cov_sq = a.pos_var * a.pos_var * (1 + hidden_spread_of(in)) + (d_in_ - 1) * hidden_cov * hidden_cov;
     a.tilt_var = t * a.second * a.pos_cov_sq;
+    // Rows of fixed norm: |x_k|^2 = |xbar|^2 + 2 xbar . delta_k + |delta_k|^2 is
+    // constant, so the keys with the longer position-specific parts, whose
+    // squared scores are larger, lie further from the shared part:
+    // xbar . delta_k = -(|delta_k|^2 - E)/2. The second-order softmax weight
+    // (s_ik - sbar_i)^2/2 then moves every query's average away from xbar,
+    // E[xbar . (z_i - xbar)] = -kappa gamma^2/2 per unit with kappa =
+    // (1 - nu) rho (2 - rho), rho (2 - rho) the fraction of |delta_k|^2's
+    // Gaussian covariance with the squared scores that the normalization
+    // leaves (measured: 0.455, 0.785, 1.01 against 0.44, 0.75, 0.96 at rho =
+    // 0.25, 0.5, 0.8, d_in = 128; 0 for Gaussian rows). It lowers the
+    // output's shared part and its second moment alike, times the
+    // self-normalization shrink^2 (forward_with, weighted_second; measured,
+    // docs/components/attention.md, "Rows of fixed norm lose part of the
+    // shared vector").
+    const T fixed_norm = 1 - math::min_of(norm_var_ratio_of(in), T(0 * in.var + 1));
+    const T rho = math::min_of(math::clamp_nonnegative(a.corr_queries), T(0 * in.var + 1));
+    a.shared_shift = math::min_of(T(fixed_norm * rho * (2 - rho) * a.tilt_var), a.common);
     // Relative fluctuation of |w_i|^2: E tr((M M^T)^2) / (E tr(M M^T))^2 for
     // M = Wq Wk^T / sqrt(d_k), from the Wishart moments of Wq^T Wq and Wk^T Wk.
     const T fluct = ((d_in_ + 1) * (d_in_ + d_k_ + 1) + d_in_ * d_k_ + 2) / (d_in_ * d_in_ * d_k_);
@@ -627,7 +657,7 @@ class Attention : public Component<Attention<T>, T> {
     const T exp_score = exp(a.score_var);
     require_finite_exp(exp_score, a.score_var);
     const T s4 = a.score_var * a.score_var;
-    a.width_term = fluct * s4;
+    a.width_term = (fluct + (norm_var_ratio_of(in) - 1) / d_in_) * s4;
     // Finite L, one query: the exact concentration factor of a softmax over L
     // i.i.d. N(0, sigma^2) scores, G = L^2 E[P^2] e^{-sigma^2}
     // (detail/softmax_concentration.hpp).
@@ -635,7 +665,7 @@ class Attention : public Component<Attention<T>, T> {
     // e^{kappa D} (header; the product bounded to [-1, 1], far beyond the
     // first order's validity, so that no ratio of the two turns NaN).
     a.pos_norm_var = pos_norm_var_ratio(in, a.corr_queries);
-    const T kurtosis = 6 * (a.pos_norm_var - 1) / (d_in_ + 1);
+    const T kurtosis = 6 * (a.pos_norm_var - 1) * (1 + hidden_spread_of(in)) / (d_in_ + 1);
     const T bound = 0 * L + 1;
     // Every tabulated factor at (sigma^2, L), the table stencil found once.
     const detail::SoftmaxFactors<T> tables = detail::softmax_factors(a.score_var, L);
