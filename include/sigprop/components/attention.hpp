@@ -159,7 +159,7 @@ struct AttentionTerms {
   T pos_norm_var;  ///< nu_pos, the norm fluctuation of a row's position-specific part (1: Gaussian)
   T tilt_cross;    ///< C, the weighted average's tilt E[sum_{k!=l} P_ik P_il ...] per gamma^2
   T tilt_own;      ///< O, the weight of longer rows E[sum_k P_ik^2 |x_k|^2] - E[S2] d per gamma^2 d
-  T shared_shift;  ///< kappa gamma^2, the shared part lost to the weighting of rows of fixed norm
+  T shared_shift;  ///< (1 - nu) rho (2 - rho) gamma^2, the shared part that rows of fixed norm lose to the weighting
 };
 
 /// The sums over the softmax weights that the closed forms use, per query i
@@ -280,8 +280,8 @@ class Attention : public Component<Attention<T>, T> {
   /// `out` is forward_with(a, s).
   T linear_share_with(const Moments<T>& in, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
                       const Moments<T>& out) const {
-    const T fluct = d_in_ * q_var_ * k_var_ * a.second * a.pos_var * a.pos_var * (d_in_ + 1) / seq_len_;
-    const T tilt = d_in_ * v_var_ * (1 - a.corr_queries) * (a.tilt_var + fluct) * s.shrink_sq;
+    const T key_sampling = d_in_ * q_var_ * k_var_ * a.second * a.pos_var * a.pos_var * (d_in_ + 1) / seq_len_;
+    const T tilt = d_in_ * v_var_ * (1 - a.corr_queries) * (a.tilt_var + key_sampling) * s.shrink_sq;
     const T share = math::ratio_or(tilt, T(out.var * (1 - out.corr_len)), 0);
     return linear_share_of(in) * math::min_of(math::clamp_nonnegative(share), T(0 * share + 1));
   }
@@ -637,8 +637,8 @@ class Attention : public Component<Attention<T>, T> {
     // squared scores are larger, lie further from the shared part:
     // xbar . delta_k = -(|delta_k|^2 - E)/2. The second-order softmax weight
     // (s_ik - sbar_i)^2/2 then moves every query's average away from xbar,
-    // E[xbar . (z_i - xbar)] = -kappa gamma^2/2 per unit with kappa =
-    // (1 - nu) rho (2 - rho), rho (2 - rho) the fraction of |delta_k|^2's
+    // E[xbar . (z_i - xbar)] = -shift/2 per unit with shift = (1 - nu) rho
+    // (2 - rho) gamma^2, rho (2 - rho) the fraction of |delta_k|^2's
     // Gaussian covariance with the squared scores that the normalization
     // leaves (measured: 0.455, 0.785, 1.01 against 0.44, 0.75, 0.96 at rho =
     // 0.25, 0.5, 0.8, d_in = 128; 0 for Gaussian rows). It lowers the
