@@ -37,11 +37,15 @@
 // pair_cross_centred); for full attention it is 1 - O(1/L) and not applied.
 //
 // Cost: one evaluation of attention.hpp's intermediate moments per key count
-// n = 2..L, memoized per input. Validated against a
+// n = 2..64, then on a geometric grid of ratio 2^(1/16) up to L (cubic
+// interpolation in log n in between; 160 evaluations at L = 4096),
+// memoized per input. Validated against a
 // simulation with the real mask (montecarlo/components/causal_attention.hpp,
 // tests/test_causal_attention.cpp, docs/components/causal_attention.md).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <vector>
@@ -114,6 +118,20 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
   SoftmaxSums<T> softmax_sums(const Moments<T>& in) const {
     require_moments(name, in);
     return averages(in);
+  }
+
+  /// Key counts up to which the per-query softmax factors are evaluated at
+  /// every count, and the ratio of the geometric grid beyond (interpolated
+  /// in between; docs/components/causal_attention.md has the accuracy).
+  static constexpr std::size_t profile_every_count = 64;
+  static constexpr double profile_ratio = 1.0442737824274138;  // 2^(1/16)
+
+  /// The per-query softmax sums S2_n, J_n, F_cov(n), C_n, O_n for n = 1..L
+  /// of lane 0: as forward() uses them (grid and interpolation), or, with
+  /// `every_count`, evaluated at every key count (the reference; O(L)).
+  detail::CausalProfile<Real> key_count_profile(const Moments<T>& in, bool every_count) const {
+    require_moments(name, in);
+    return lane_profile(in, 0, every_count);
   }
 
   /// Each position's output moments, i = 1..L (scalar T): its variance and
@@ -304,7 +322,7 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
   }
 
   // S2_n, J_n, F_cov(n) for n = 1..L of one lane, from Attention over n keys.
-  detail::CausalProfile<Real> lane_profile(const Moments<T>& in, std::size_t i) const {
+  detail::CausalProfile<Real> lane_profile(const Moments<T>& in, std::size_t i, bool every_count = false) const {
     const auto at = [i](const T& x) { return static_cast<Real>(lane(x, i)); };
     Moments<Real> x{at(in.mean), at(in.var), at(in.corr_len), at(in.corr_dim)};
     x.norm_var_ratio = at(norm_var_ratio_of(in));  // the keys' norm fluctuation (Attention)
@@ -316,16 +334,70 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     f.cross.assign(L, Real(1));
     f.tilt_cross.assign(L, Real(0));  // one key: z = x_1, no tilt
     f.tilt_own.assign(L, Real(0));
-    for (std::size_t n = 2; n <= L; ++n) {
+    // The factors F_var, F_jac, F_cov and the tilts C, O at the key counts of
+    // the grid (every n up to profile_every_count, then ratio profile_ratio),
+    // by cubic Lagrange interpolation in log n in between: they vary smoothly,
+    // like 1/n, so the grid costs O(log L) evaluations instead of O(L). Where
+    // one of Attention's bounds (1 <= F_var <= n, 0 <= F_jac, F_cov <= F_var)
+    // starts or stops binding within the four points, the factors have a kink
+    // there and those counts are evaluated exactly.
+    constexpr std::size_t factors = 5;
+    struct Point {
+      std::array<Real, factors> value;
+      unsigned bound;  // which of the bounds bind
+    };
+    const auto evaluate = [&](std::size_t n) {
       const Real keys = static_cast<Real>(n);
       const Attention<Real> head(at(full_.d_in()), at(full_.d_k()), keys, at(full_.q_var()), at(full_.k_var()),
                                  at(full_.v_var()), at(full_.p()));
       const AttentionTerms<Real> a = head.terms(x);
-      f.sum_sq[n - 1] = a.weight_sq / keys;
-      f.jacobian[n - 1] = a.weight_jacobian / keys;
-      f.cross[n - 1] = a.weight_cross;
-      f.tilt_cross[n - 1] = a.tilt_cross;
-      f.tilt_own[n - 1] = a.tilt_own;
+      const unsigned bound = (a.weight_sq <= 1 || a.weight_sq >= keys ? 1u : 0u) |
+                             (a.weight_jacobian <= 0 || a.weight_jacobian >= a.weight_sq ? 2u : 0u) |
+                             (a.weight_cross <= 0 || a.weight_cross >= a.weight_sq ? 4u : 0u);
+      return Point{{a.weight_sq, a.weight_jacobian, a.weight_cross, a.tilt_cross, a.tilt_own}, bound};
+    };
+    std::vector<std::size_t> grid;
+    for (std::size_t n = 2; n <= L; ++n) {
+      if (every_count || n <= profile_every_count || grid.empty()) {
+        grid.push_back(n);
+        continue;
+      }
+      const auto next = static_cast<std::size_t>(std::ceil(static_cast<double>(grid.back()) * profile_ratio));
+      if (n == std::min(next, L)) grid.push_back(n);
+    }
+    std::vector<Point> at_grid(grid.size());
+    std::vector<Real> log_n(grid.size());
+    for (std::size_t j = 0; j < grid.size(); ++j) {
+      at_grid[j] = evaluate(grid[j]);
+      log_n[j] = std::log(static_cast<Real>(grid[j]));
+    }
+    for (std::size_t j = 0, n = 2; n <= L; ++n) {
+      while (j + 1 < grid.size() && grid[j + 1] <= n) ++j;  // grid[j] <= n < grid[j + 1]
+      std::array<Real, factors> v = at_grid[j].value;
+      if (grid[j] != n) {  // the four grid points around n (three at the ends)
+        const std::size_t first = j == 0 ? 0 : std::min(j - 1, grid.size() - std::min<std::size_t>(4, grid.size()));
+        const std::size_t last = std::min(first + 4, grid.size());
+        bool smooth = true;
+        for (std::size_t a = first; a < last; ++a) smooth = smooth && at_grid[a].bound == at_grid[first].bound;
+        if (smooth) {
+          const Real t = std::log(static_cast<Real>(n));
+          v.fill(Real(0));
+          for (std::size_t a = first; a < last; ++a) {
+            Real weight = 1;
+            for (std::size_t b = first; b < last; ++b)
+              if (b != a) weight *= (t - log_n[b]) / (log_n[a] - log_n[b]);
+            for (std::size_t k = 0; k < factors; ++k) v[k] += weight * at_grid[a].value[k];
+          }
+        } else {
+          v = evaluate(n).value;
+        }
+      }
+      const Real keys = static_cast<Real>(n);
+      f.sum_sq[n - 1] = v[0] / keys;
+      f.jacobian[n - 1] = v[1] / keys;
+      f.cross[n - 1] = v[2];
+      f.tilt_cross[n - 1] = v[3];
+      f.tilt_own[n - 1] = v[4];
     }
     // The pair sums over m > i from the suffix sums of 1/m, <P>_m/m and 1/m^2.
     f.pairs.assign(L, Real(0));

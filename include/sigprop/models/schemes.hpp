@@ -163,16 +163,19 @@ inline Moments<double> embedding_output(const ModelConfig& c, const InputSpec& i
 }
 
 /// The variance s that makes `output_var(s)` equal 1, where output_var grows
-/// with s (TOMS 748 on log s after bracketing; Boost.Math tools/roots.hpp).
+/// with s (TOMS 748 on log output_var(s) after bracketing the guess by
+/// factors of 2; Boost.Math tools/roots.hpp). The bracket stays within a few
+/// factors of 2 of the guess, so no block is evaluated far from where it is
+/// used.
 template <class F>
 double solve_unit_variance(const char* what, F output_var, double guess) {
-  const auto f = [&](double log_s) { return std::log(output_var(std::exp(log_s))); };
+  const auto f = [&](double s) { return std::log(output_var(s)); };
   std::uintmax_t iterations = 200;
   const auto r = boost::math::tools::bracket_and_solve_root(
-      f, std::log(guess), 2.0, true, boost::math::tools::eps_tolerance<double>(40), iterations);
+      f, guess, 2.0, true, boost::math::tools::eps_tolerance<double>(40), iterations);
   if (iterations >= 200)
     throw domain_error(std::string("sigprop::initialize: no variance gives unit output for ") + what);
-  return std::exp((r.first + r.second) / 2);
+  return (r.first + r.second) / 2;
 }
 
 // Full DeepScaleLM: walk the stack, choosing V = O and W1 = W2 per layer so
