@@ -263,6 +263,42 @@ TEST_CASE("trace_batch equals trace lane by lane for every stack", "[batch]") {
   }
 }
 
+TEST_CASE("trace_batch of decoder stacks: repeated lanes are copied, different ones are not", "[batch]") {
+  // SiLU and causal attention evaluate a batch lane by lane and copy a lane
+  // whose inputs equal the previous lane's (trace_batch pads a chunk with its
+  // last configuration). Lanes 1 and 2 are the same configuration, lane 3
+  // differs from them only in the sequence length (so only causal attention
+  // sees it), lanes 4-7 are padding.
+  using namespace sigprop;
+  for (const char* arch : {"llama", "gpt2"}) {
+    std::vector<ModelConfig> configs;
+    std::vector<ModelWeights> weights;
+    for (std::size_t seq : {64, 96, 96, 80}) {
+      ModelConfig c = with_architecture(ModelConfig{}, arch);
+      c.layers = 6;
+      c.d = 128;
+      c.heads = 4;
+      c.seq_len = seq;
+      configs.push_back(c);
+      weights.push_back(initialize(c, Scheme::xavier));
+    }
+    const BatchTrace batch = trace_batch(configs, weights);
+    double worst = 0;
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      const Trace one = trace(configs[i], weights[i]), lane = lane_of(batch, i);
+      for (std::size_t n = 0; n < one.rows.size(); ++n)
+        worst = std::max({worst, rel(one.rows[n].forward.var, lane.rows[n].forward.var),
+                          std::abs(one.rows[n].forward.corr_len - lane.rows[n].forward.corr_len),
+                          rel(one.rows[n].backward.var, lane.rows[n].backward.var),
+                          std::abs(one.rows[n].backward.corr_len - lane.rows[n].backward.corr_len)});
+    }
+    INFO(arch << ": largest difference " << worst);
+    CHECK(worst <= tolerance);
+    // Lane 3 is not a copy of lane 2.
+    CHECK(lane_of(batch, 3).output.forward.corr_len != lane_of(batch, 2).output.forward.corr_len);
+  }
+}
+
 TEST_CASE("trace_batch rejects lanes of different structure", "[batch][errors]") {
   using namespace sigprop;
   ModelConfig a, b;

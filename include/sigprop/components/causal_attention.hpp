@@ -253,7 +253,17 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     return detail::memoized<CausalAttention>(key_of(in), [&] {
       SoftmaxSums<T> s{in.var, in.var, in.var, in.var, in.var, in.var,
                        in.var, in.var, in.var, in.var, in.var, in.var};
+      const T nu = norm_var_ratio_of(in), spread = hidden_spread_of(in);
       for (std::size_t lane_index = 0; lane_index < lane_count(in.var); ++lane_index) {
+        if (same_as_previous_lane(lane_index, full_.d_in(), full_.d_k(), full_.seq_len(), full_.q_var(),
+                                  full_.k_var(), full_.v_var(), full_.p(), in.mean, in.var, in.corr_len,
+                                  in.corr_dim, nu, spread)) {
+          for (T* x : {&s.sum_sq, &s.shrink_sq, &s.jacobian, &s.key_sq, &s.key_jacobian, &s.key_pairs,
+                       &s.shrink_cross, &s.pair_cross, &s.pair_cross_centred, &s.key_pairs_centred, &s.tilt_cross,
+                       &s.tilt_own})
+            set_lane(*x, lane_index, lane(*x, lane_index - 1));
+          continue;
+        }
         const detail::CausalProfile<Real> f = lane_profile(in, lane_index);
         const std::size_t L = f.sum_sq.size();
         const Real len = static_cast<Real>(L), pairs = len * (len - 1);

@@ -395,6 +395,10 @@ class Silu : public Component<Silu<T>, T> {
   Moments<T> forward_impl(const Moments<T>& in) const {
     Moments<T> out = in;
     for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
+      if (same_as_previous_lane(i, in.mean, in.var, in.corr_len, in.corr_dim)) {
+        for (T* x : {&out.mean, &out.var, &out.corr_len, &out.corr_dim}) set_lane(*x, i, lane(*x, i - 1));
+        continue;
+      }
       const Real mu = Real(lane(in.mean, i)), var = Real(lane(in.var, i));
       const Real r_len = Real(lane(in.corr_len, i)), r_dim = Real(lane(in.corr_dim, i));
       if (!(var > 0)) {  // a constant input: SiLU(mu), correlations unchanged
@@ -419,6 +423,11 @@ class Silu : public Component<Silu<T>, T> {
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
     T second = in.var, ratio = in.var;
     for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
+      if (same_as_previous_lane(i, in.mean, in.var, in.corr_len)) {
+        set_lane(second, i, lane(second, i - 1));
+        set_lane(ratio, i, lane(ratio, i - 1));
+        continue;
+      }
       const Real mu = Real(lane(in.mean, i)), var = Real(lane(in.var, i));
       if (!(var > 0)) {  // constant input: dx = g SiLU'(mu)
         const Real d = detail::silu_derivative(mu);

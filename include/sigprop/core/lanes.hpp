@@ -51,4 +51,13 @@ void set_lane(T& x, std::size_t i, const V& v) {
   }
 }
 
+/// Whether lane i of every argument equals lane i - 1 (never for i = 0, or
+/// for a NaN). Components that evaluate a batch lane by lane (quadratures,
+/// causal attention's profile) copy the previous lane's result then:
+/// trace_batch fills a chunk's trailing lanes with its last configuration.
+template <class... A>
+bool same_as_previous_lane(std::size_t i, const A&... a) {
+  return i > 0 && ((lane(a, i) == lane(a, i - 1)) && ...);
+}
+
 }  // namespace sigprop
