@@ -49,6 +49,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <boost/math/quadrature/gauss.hpp>
 #include <boost/math/quadrature/gauss_kronrod.hpp>
 
 #include "sigprop/components/detail/activation_norm.hpp"
@@ -90,7 +91,56 @@ struct GeluZeroMean {
   ///       t = sqrt(1 + e), e = delta q^2 (2 - delta)/(1 + 2q)  (D = (1 + 2q)(1 + e)),
   ///       1 - 1/t = e/(t (1 + t)).
   /// For r < 0 nothing cancels and A is taken as written.
+  /// Above q = 10 the closed form below loses to cancellation (its A and
+  /// aB terms are each about sqrt(q) times the result: 17 eps at q = 1000),
+  /// and the complement is taken from Price's theorem instead,
+  /// d Cov/dr = q E[GeLU'(x1) GeLU'(x2)], so that
+  ///   1 - r_out = (Var - Cov(r))/Var = int_r^1 grad_cross(q, t) dt / var_per_q(q),
+  /// an integral of a positive function: nothing cancels. With w = 1 - t and
+  /// y = log(1 + w q) (grad_cross varies on the scale w ~ 1/q near t = 1 and
+  /// smoothly in y), Gauss-Legendre with 20 nodes on pieces of length at most
+  /// 4 in y; the integrand is formed from w itself (grad_cross_at), since
+  /// t = 1 - w would round w away where w < eps. About 3 eps up to q = 1e3,
+  /// 5 at 1e4 to 1e6 (docs/accuracy.md).
   static T corr_complement(const T& q, const T& delta) {
+    if constexpr (is_scalar_v<T>) {
+      return q > 10 ? complement_by_integral(q, delta) : complement_closed(q, delta);
+    } else {
+      const T closed = complement_closed(q, delta);
+      if (!(q > 10).any()) return closed;
+      const T integral = math::map_lanes(q, delta, [](math::real_of<T> x, math::real_of<T> d) {
+        return x > 10 ? complement_by_integral(x, d) : d;
+      });
+      return (q > 10).select(integral, closed);
+    }
+  }
+
+  /// grad_cross(q, 1 - w) with its factors (1 - r) q + 1 and (1 + r) q + 1
+  /// formed from w.
+  static T grad_cross_at(const T& q, const T& w) { return grad_cross_of(q, T(1 - w), T(w * q + 1), T((2 - w) * q + 1)); }
+
+ private:
+  template <class R>
+  static R complement_by_integral(R q, R delta) {
+    using Rule = boost::math::quadrature::gauss<R, 20>;
+    const auto& x = Rule::abscissa();
+    const auto& wt = Rule::weights();
+    // y at t = r (delta q overflows only for q near the largest double)
+    const R top = std::isfinite(delta * q) ? std::log1p(delta * q) : std::log(delta) + std::log(q);
+    const R pieces = std::max(R(1), std::ceil(top / 4)), h = top / pieces;
+    R sum = 0;
+    for (R j = 0; j < pieces; ++j)
+      for (std::size_t i = 0; i < x.size(); ++i)
+        for (const R node : {x[i], R(-x[i])}) {  // the 20-point rule lists its 10 positive nodes
+          const R y = h * (j + (1 + node) / 2), e = std::expm1(y);
+          const R w = std::isfinite(e) ? e / q : std::exp(y - std::log(q)) - 1 / q;
+          sum += wt[i] * GeluZeroMean<R>::grad_cross_at(q, w) * (w + 1 / q);  // dw/dy = e^y/q
+        }
+    return sum * h / 2 / GeluZeroMean<R>::var_per_q(q);
+  }
+
+ public:
+  static T complement_closed(const T& q, const T& delta) {
     using std::sqrt;
     const T a = q / (1 + q), r = 1 - delta, ra = r * a;
     const T one_minus_a = 1 / (1 + q);
@@ -109,10 +159,13 @@ struct GeluZeroMean {
     return (math::pi<T>() * delta + 2 * big_a + 2 * a * big_b) / (4 * math::pi<T>() * var_per_q(q));
   }
   /// E[GeLU'(x1) GeLU'(x2)] for correlation r (r = 1: E[GeLU'(x)^2]).
-  static T grad_cross(const T& q, const T& r) {
+  static T grad_cross(const T& q, const T& r) { return grad_cross_of(q, r, T((1 - r) * q + 1), T((1 + r) * q + 1)); }
+
+ private:
+  // grad_cross from the factors one_minus = (1 - r) q + 1, one_plus = (1 + r) q + 1.
+  static T grad_cross_of(const T& q, const T& r, const T& one_minus, const T& one_plus) {
     using std::sqrt;
     const T a = q / (1 + q);
-    const T one_minus = (1 - r) * q + 1, one_plus = (1 + r) * q + 1;
     const T q1_over_d = (q + 1) / one_minus / one_plus;  // (q + 1)/D
     const T sqrt_d = sqrt(one_minus) * sqrt(one_plus);
     return (math::atan(T(r * q / sqrt_d)) + r * a * (2 + q1_over_d) / sqrt_d) / (2 * math::pi<T>()) +
