@@ -100,8 +100,8 @@ struct GeluZeroMean {
   /// y = log(1 + w q) (grad_cross varies on the scale w ~ 1/q near t = 1 and
   /// smoothly in y), Gauss-Legendre with 20 nodes on pieces of length at most
   /// 4 in y; the integrand is formed from w itself (grad_cross_at), since
-  /// t = 1 - w would round w away where w < eps. About 3 eps up to q = 1e3,
-  /// 5 at 1e4 to 1e6 (docs/accuracy.md).
+  /// t = 1 - w would round w away where w < eps. At most 3.5 eps up to q = 1e4,
+  /// 6.5 at 1e6 (docs/accuracy.md).
   static T corr_complement(const T& q, const T& delta) {
     if constexpr (is_scalar_v<T>) {
       return q > 10 ? complement_by_integral(q, delta) : complement_closed(q, delta);
