@@ -129,6 +129,18 @@ TEST_CASE("the 50-digit instantiation agrees with the defining formulas", "[refe
       for (double d : {4.0, 9.0, 64.0, 768.0})
         CHECK(abs(sigprop::detail::layernorm_angle<Big>(Big(d), r).corr - layernorm_corr(d, r)) < tol);
   }
+  // LayerNorm's complement (the connection formulas about rho = 1 for even
+  // and odd d, Gauss's series term by term for d >= 49) in 50 digits against
+  // the 50-digit subtraction, which keeps 50 - 16 digits at 1 - r >= 2^-52.
+  for (double d : {4.0, 5.0, 6.0, 7.0, 9.0, 20.0, 47.0, 48.0, 49.0, 64.0, 768.0, 1e6}) {
+    const Big c0 = sigprop::detail::layernorm_c0(Big(d));
+    for (double delta : {std::ldexp(1.0, -52), 1e-9, 1e-4, 0.01, 0.06, 0.0625, 0.5, 1.5}) {
+      INFO("d = " << d << ", 1 - r = " << delta);
+      const Big subtracted = 1 - sigprop::detail::layernorm_angle<Big>(Big(d), 1 - Big(delta), c0).corr;
+      const Big complement = sigprop::detail::layernorm_corr_complement<Big>(Big(d), Big(delta));
+      CHECK(abs(complement / subtracted - 1) < Big("1e-32"));
+    }
+  }
 }
 
 TEST_CASE("closed forms agree with a 50-digit reference", "[reference50][report]") {
@@ -160,6 +172,24 @@ TEST_CASE("corr_complement: domain, limits and batches", "[reference50]") {
       CHECK(static_cast<double>(abs((Big(sigprop::Gelu<double>::corr_complement(q, delta)) - gref) / gref)) <= 4 * eps);
     }
   }
+  // ReLU at a nonzero mean: the domain, the ends, both regions of (0, 2].
+  CHECK_THROWS_WITH(sigprop::Relu<double>::corr_complement(std::nan(""), 1, 0.5), Catch::Contains("sigprop::Relu: mean = nan"));
+  CHECK_THROWS_WITH(sigprop::Relu<double>::corr_complement(1, -1, 0.5), Catch::Contains("sigprop::Relu: var = -1"));
+  CHECK_THROWS_WITH(sigprop::Relu<double>::corr_complement(1, 1, 2.5), Catch::Contains("sigprop::Relu: one_minus_corr = 2.5"));
+  CHECK(sigprop::Relu<double>::corr_complement(0.7, 1, 0) == 0);
+  CHECK(sigprop::Relu<double>::corr_complement(0, 3, 0.01) == sigprop::Relu<double>::corr_complement(0.01));
+  for (double mu : {-2.0, 0.7, 3.0})
+    for (double delta : {1e-30, 0.01, 0.5, 0.5000000000000001, 1.0, 2.0}) {
+      const Big ref = 1 - relu_cov(Big(mu), 1 - Big(delta)) / relu_cov(Big(mu), Big(1));
+      INFO("mu = " << mu << ", 1 - r = " << delta);
+      CHECK(static_cast<double>(abs((Big(sigprop::Relu<double>::corr_complement(mu, 1, delta)) - ref) / ref)) <= 4 * eps);
+    }
+  const Eigen::ArrayXd means = (Eigen::ArrayXd(3) << -1, 0, 2).finished();
+  const Eigen::ArrayXd relu_batch = sigprop::Relu<Eigen::ArrayXd>::corr_complement(means, Eigen::ArrayXd::Constant(3, 2.0),
+                                                                                    Eigen::ArrayXd::Constant(3, 1e-3));
+  for (Eigen::Index i = 0; i < means.size(); ++i)
+    CHECK(relu_batch(i) == sigprop::Relu<double>::corr_complement(means(i), 2.0, 1e-3));
+
   const Eigen::ArrayXd deltas = (Eigen::ArrayXd(3) << 1e-10, 0.01, 1.5).finished();
   const Eigen::ArrayXd batch = sigprop::Relu<Eigen::ArrayXd>::corr_complement(deltas);
   for (Eigen::Index i = 0; i < deltas.size(); ++i)
@@ -169,6 +199,35 @@ TEST_CASE("corr_complement: domain, limits and batches", "[reference50]") {
                     Catch::Contains("sigprop::Gelu: one_minus_corr = 2.5") && Catch::Contains("[0, 2]"));
   CHECK_THROWS_WITH(sigprop::Gelu<double>::corr_complement(0, 0.5), Catch::Contains("sigprop::Gelu: var = 0"));
   CHECK(sigprop::Gelu<double>::corr_complement(1, 0) == 0);
+
+  // LayerNorm and RMSNorm: the domain, the ends, every region of (0, 2]
+  // (connection formulas and Gauss's series below 1/16, subtraction in long
+  // double above, rho <= 0) within 4 eps, and batches lane by lane.
+  const sigprop::LayerNorm<double> ln5(5), ln64(64);
+  CHECK_THROWS_WITH(ln5.corr_complement(std::nextafter(2.0, 3.0)),
+                    Catch::Contains("sigprop::LayerNorm: one_minus_corr = 2.0000000000000004") && Catch::Contains("[0, 2]"));
+  CHECK_THROWS_AS(ln5.corr_complement(-0.0 - 1e-300), sigprop::domain_error);
+  CHECK_THROWS_WITH(sigprop::RmsNorm<double>(8).corr_complement(std::nan("")), Catch::Contains("sigprop::RmsNorm: one_minus_corr"));
+  CHECK(ln5.corr_complement(0) == 0);
+  CHECK(ln5.corr_complement(2) == 2);  // F(-1) = -1
+  for (double d : {5.0, 6.0, 64.0}) {
+    const sigprop::LayerNorm<double> ln(d);
+    const Big c0 = sigprop::detail::layernorm_c0(Big(d));
+    // 1 - r far below eps: the slope at rho = 1, F'(1) = (d - 2)/(d - 3)
+    CHECK(ln.corr_complement(1e-300) == Approx(1e-300 * (d - 2) / (d - 3)).epsilon(1e-15));
+    for (double delta : {1e-30, 1e-9, 0.01, 0.0624, 0.0625, 0.3, 1.0, 1.7}) {
+      const Big ref = 1 - sigprop::detail::layernorm_angle<Big>(Big(d), 1 - Big(delta), c0).corr;
+      INFO("d = " << d << ", 1 - r = " << delta);
+      CHECK(static_cast<double>(abs((Big(ln.corr_complement(delta)) - ref) / ref)) <= 4 * eps);
+    }
+  }
+  const Eigen::ArrayXd widths = (Eigen::ArrayXd(3) << 5, 64, 1000).finished();
+  const Eigen::ArrayXd ln_delta = (Eigen::ArrayXd(3) << 1e-12, 0.01, 1.5).finished();
+  const Eigen::ArrayXd ln_batch = sigprop::LayerNorm<Eigen::ArrayXd>(widths).corr_complement(ln_delta);
+  for (Eigen::Index i = 0; i < widths.size(); ++i)
+    CHECK(ln_batch(i) == sigprop::LayerNorm<double>(widths(i)).corr_complement(ln_delta(i)));
+  CHECK(ln64.corr_complement(0.5) == Approx(1 - ln64.corr_len_map(0.5)).epsilon(1e-15));
+
   const Eigen::ArrayXd q = (Eigen::ArrayXd(3) << 0.5, 2.0, 8.0).finished();
   const Eigen::ArrayXd delta = (Eigen::ArrayXd(3) << 1e-12, 0.3, 1.9).finished();
   const Eigen::ArrayXd gbatch = sigprop::Gelu<Eigen::ArrayXd>::corr_complement(q, delta);

@@ -76,8 +76,8 @@ namespace sigprop {
 
 namespace detail {
 
-// Every evaluation here is designed for the working precision: no promotion
-// of double to long double.
+// Boost.Math's own promotion of double is off: where double needs more
+// (c0, the contiguous relation), the code below asks for long double itself.
 using layernorm_policy = boost::math::policies::policy<boost::math::policies::promote_double<false>,
                                                        boost::math::policies::promote_float<false>>;
 
@@ -156,8 +156,9 @@ HalfHalfPair<Real> half_half_recurrence(Real alpha, Real x, Real y) {
   return {h_alpha, h_alpha - h};
 }
 
+// Where the series is slow: x = 1 (Gauss) or the recurrence.
 template <class Real>
-HalfHalfPair<Real> half_half(Real alpha, Real x, Real y) {
+HalfHalfPair<Real> half_half_at_one_or_by_recurrence(Real alpha, Real x, Real y) {
   if (y == 0) {  // Gauss: 2F1(a, b; c; 1) = Gamma(c) Gamma(c - a - b) / (Gamma(c - a) Gamma(c - b))
     const layernorm_policy pol;
     const Real r = boost::math::tgamma_delta_ratio(alpha - Real(0.5), Real(0.5), pol);  // G(a-1/2)/G(a)
@@ -165,8 +166,24 @@ HalfHalfPair<Real> half_half(Real alpha, Real x, Real y) {
     // H1/H0 = alpha (alpha - 1)/(alpha - 1/2)^2, so H0 - H1 = H0 / (4 (alpha - 1/2)^2).
     return {h0, h0 / (4 * (alpha - Real(0.5)) * (alpha - Real(0.5)))};
   }
-  if (x <= Real(0.5) || alpha >= half_half_series_alpha<Real>) return half_half_series(alpha, x, y);
   return half_half_recurrence(alpha, x, y);
+}
+
+// In double, the recurrence and Gauss's value at x = 1 run in long double:
+// Carlson's R_F and R_D and the gamma ratio carry a few eps each, which the
+// recurrence amplified (for d = 17 to 48 the slope F' was off by up to 180
+// eps, for d = 5 and 9 the RMS was 3-4 eps; docs/accuracy.md). With the 11
+// extra bits every d from 4 to 60 is within 5.4 eps peak and 1.7 eps RMS,
+// at about 1.4 times the cost of the double recurrence.
+template <class Real>
+HalfHalfPair<Real> half_half(Real alpha, Real x, Real y) {
+  if (y > 0 && (x <= Real(0.5) || alpha >= half_half_series_alpha<Real>)) return half_half_series(alpha, x, y);
+  if constexpr (std::is_same_v<Real, double>) {
+    const HalfHalfPair<long double> wide = half_half<long double>(alpha, x, y);
+    return {static_cast<double>(wide.h0), static_cast<double>(wide.diff)};
+  } else {
+    return half_half_at_one_or_by_recurrence(alpha, x, y);
+  }
 }
 
 // F(rho) and F'(rho) (see the header comment), for d >= 4 and |rho| <= 1.
@@ -180,10 +197,14 @@ struct LayerNormAngle {
 // depends on d only (LayerNorm computes it once per width).
 template <class Real>
 Real layernorm_c0(Real d) {
-  const layernorm_policy pol;
-  const Real k = d - 1, alpha = k / 2;
-  const Real ratio = boost::math::tgamma_delta_ratio(alpha, Real(0.5), pol);  // G(a)/G(a+1/2)
-  return 2 / (k * ratio * ratio);
+  if constexpr (std::is_same_v<Real, double>) {  // the gamma ratio in double is off by up to 3.8 eps (d = 5)
+    return static_cast<double>(layernorm_c0<long double>(d));
+  } else {
+    const layernorm_policy pol;
+    const Real k = d - 1, alpha = k / 2;
+    const Real ratio = boost::math::tgamma_delta_ratio(alpha, Real(0.5), pol);  // G(a)/G(a+1/2)
+    return 2 / (k * ratio * ratio);
+  }
 }
 
 // F and F' from H0 and D = H0 - H1 at |rho|.
@@ -209,6 +230,109 @@ LayerNormAngle<Real> layernorm_angle(Real d, Real rho, Real c0) {
 template <class Real>
 LayerNormAngle<Real> layernorm_angle(Real d, Real rho) {
   return layernorm_angle(d, rho, layernorm_c0(d));
+}
+
+// c0 G for G = H1(1) - H1(1 - y), H1 = 2F1(1/2, 1/2; alpha + 1; .), at
+// 0 < y < 1/8 (c0 H1(1) = 1). Subtracting keeps only eps/G of relative
+// accuracy, G ~ y/(4 (alpha - 1)); instead:
+// * alpha >= half_half_series_alpha: Gauss's series term by term,
+//   sum_n t_n (1 - x^n) (t_n its coefficients) with 1 - x^n = -expm1(n log1p(-y)); the tail after
+//   term n is at most y n t_n (n + 5/4)/(alpha - 5/4) (1 - x^m <= m y, and
+//   the ratio of m t_m is at most (m + 5/4)/(m + alpha + 1)) and at most
+//   t_n (n + 1/2)/(alpha - 1/2);
+// * half-integer alpha = j + 1/2 (even d), the connection formula about
+//   x = 1 (DLMF 15.8.4; c - a - b = alpha, A1 = H1(1) = 1/c0,
+//   Gamma(alpha + 1) Gamma(-alpha)/pi = -1/sin(pi alpha) = (-1)^(j + 1)):
+//     c0 G = -sum_{n >= 1} tau_n + (-1)^j c0 y^alpha 2F1(alpha + 1/2, alpha + 1/2; alpha + 1; y),
+//     tau_n = (1/2)_n^2 y^n/((1 - alpha)_n n!)  (tau_1 = -y/(4 (alpha - 1)));
+// * integer alpha = m (odd d), the logarithmic case (DLMF 15.8.10):
+//     c0 G = -sum_{n=1}^{m-1} tau_n + c0 ((-y)^m/pi) sum_{k >= 0} rho_k L_k,
+//     rho_k = (m + 1/2)_k^2 y^k/(k! (m + 1)_k),
+//     L_k = ln y - psi(k + 1) - psi(k + m + 1) + 2 psi(k + m + 1/2),
+//     L_0 = ln y - H_m - 4 ln 2 + 4 sum_{i=1}^m 1/(2i - 1).
+// Both are checked against H1(1) - H1(1 - y) in 50 digits
+// (tests/test_reference50.cpp). At y < 1/8 the terms fall by at least a
+// factor 2 y (n + 1/2)^2/(n (n + 1 - alpha)) once n > 2 alpha, and the
+// parts cancel by at most a factor 2 (alpha = 3/2).
+template <class Real>
+Real half_half_complement(Real alpha, Real c0, Real y) {
+  using std::abs;
+  using std::expm1;
+  using std::floor;
+  using std::log;
+  using std::log1p;
+  using std::pow;
+  const Real eps = std::numeric_limits<Real>::epsilon() / 4;
+  const int max_terms = 100000;
+  if (alpha >= half_half_series_alpha<Real>) {
+    const Real log_x = log1p(-y);
+    Real term = 1, sum = 0;
+    for (int n = 1; n < max_terms; ++n) {
+      const Real nn = static_cast<Real>(n);
+      term *= (nn - Real(0.5)) * (nn - Real(0.5)) / ((nn + alpha) * nn);  // t_n of H1, without x^n
+      sum += term * -expm1(nn * log_x);
+      const Real tail = std::min(y * nn * term * (nn + Real(1.25)) / (alpha - Real(1.25)),
+                                 term * (nn + Real(0.5)) / (alpha - Real(0.5)));
+      if (tail <= eps * sum) return c0 * sum;
+    }
+  } else {
+    const bool integer = floor(alpha) == alpha;
+    // -sum tau_n: all n for half-integer alpha, n < alpha for integer alpha.
+    Real tau = 1, head = 0;
+    for (int n = 1; n < max_terms; ++n) {
+      const Real nn = static_cast<Real>(n);
+      if (integer && nn >= alpha) break;
+      tau *= (nn - Real(0.5)) * (nn - Real(0.5)) / ((nn - alpha) * nn) * y;
+      head -= tau;
+      if (nn > 2 * alpha + 2 && abs(tau) <= eps * abs(head)) break;
+    }
+    Real rest = 0;
+    if (integer) {
+      const Real pi = boost::math::constants::pi<Real>();
+      Real l = log(y) - 4 * boost::math::constants::ln_two<Real>();
+      for (int i = 1; i <= static_cast<int>(alpha); ++i) l += 4 / Real(2 * i - 1) - 1 / Real(i);
+      Real rho = 1, sum = l;
+      for (int k = 1; k < max_terms; ++k) {
+        const Real kk = static_cast<Real>(k);
+        rho *= (kk - Real(0.5) + alpha) * (kk - Real(0.5) + alpha) / (kk * (alpha + kk)) * y;
+        l += 2 / (kk + alpha - Real(0.5)) - 1 / kk - 1 / (kk + alpha);
+        sum += rho * l;
+        if (abs(rho * l) <= eps * std::max(Real(abs(sum)), Real(1))) break;
+      }
+      const Real sign = static_cast<int>(alpha) % 2 == 0 ? 1 : -1;
+      rest = sign * c0 * pow(y, alpha) / pi * sum;
+    } else {
+      Real sigma = 1, sum = 1;
+      for (int n = 1; n < max_terms; ++n) {
+        const Real nn = static_cast<Real>(n);
+        sigma *= (nn - Real(0.5) + alpha) * (nn - Real(0.5) + alpha) / ((nn + alpha) * nn) * y;
+        sum += sigma;
+        if (sigma <= eps * sum) break;
+      }
+      const Real sign = static_cast<int>(alpha - Real(0.5)) % 2 == 0 ? 1 : -1;
+      rest = sign * c0 * pow(y, alpha) * sum;
+    }
+    return head + rest;
+  }
+  throw overflow_error("sigprop::LayerNorm: the complement's series did not converge (alpha = " +
+                       format_number(static_cast<double>(alpha)) + ", y = " + format_number(static_cast<double>(y)) +
+                       ")");
+}
+
+// 1 - F(1 - delta) for delta in [0, 2], for d >= 4. In double it runs in long
+// double. delta >= 1/16: 1 - F, where F <= 1 - 1/20 and the subtraction loses
+// at most a factor 20 (0.01 eps of double in long double); below,
+// delta + rho c0 G of two positive terms (half_half_complement).
+template <class Real>
+Real layernorm_corr_complement(Real d, Real delta) {
+  if constexpr (std::is_same_v<Real, double>) {
+    return static_cast<double>(layernorm_corr_complement<long double>(d, delta));
+  } else {
+    if (delta == 0) return 0;
+    const Real c0 = layernorm_c0(d), rho = 1 - delta;
+    if (delta >= Real(1) / 16) return 1 - layernorm_angle(d, rho, c0).corr;
+    return delta + rho * half_half_complement((d - 1) / 2, c0, delta * (2 - delta));
+  }
 }
 
 // Gauss's series of half_half_series on every lane of a batch at once (the
@@ -336,6 +460,17 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
 
   /// r^l_out = E[cos angle] as a function of the input length correlation.
   T corr_len_map(const T& corr_len) const { return angle(corr_len).corr; }
+
+  /// 1 - r^l_out from one_minus_corr = 1 - r^l in [0, 2], accurate to a few
+  /// eps relative where 1 - corr_len_map(r) keeps only eps/(1 - r)
+  /// (detail::layernorm_corr_complement; docs/accuracy.md).
+  T corr_complement(const T& one_minus_corr) const {
+    sigprop::detail::require(name, "one_minus_corr", one_minus_corr, [](double v) { return v >= 0 && v <= 2; },
+                             "[0, 2] (1 - r for a correlation r in [-1, 1])");
+    return math::map_lanes(d_, one_minus_corr, [](Real d, Real delta) {
+      return static_cast<Real>(detail::layernorm_corr_complement<Work>(Work(d), Work(delta)));
+    });
+  }
 
   /// F'(rho): the slope of corr_len_map, which scales the gradient covariance.
   T grad_corr_factor(const T& corr_len) const { return angle(corr_len).slope; }

@@ -52,6 +52,7 @@
 #include <limits>
 #include <type_traits>
 
+#include <boost/math/quadrature/gauss.hpp>
 #include <boost/math/special_functions/owens_t.hpp>
 
 #include "sigprop/components/detail/activation_norm.hpp"
@@ -174,6 +175,35 @@ Real relu_corr_complement_zero_mean(Real delta) {
   return (4 * u2 * acos(u) + 2 * g) / (pi - 1);
 }
 
+/// 1 - r_out at standardized mean a != 0 from delta = 1 - r in (0, 2]. By
+/// Price's theorem dC(a, r)/dr = E[1{U_1 > -a} 1{U_2 > -a}] = P(a, r), the
+/// orthant probability, so
+///   1 - r_out = (C(a, 1) - C(a, r))/C(a, 1) = int_r^1 P(a, t) dt / C(a, 1),
+/// an integral of a positive function (nothing cancels). With
+/// 1 - t = delta v^2 the integrand 2 delta v P(a, 1 - delta v^2) is analytic
+/// in v: P = Phi(a) - 2 T(a, b), b = sqrt(w/(2 - w)), w = delta v^2 formed
+/// directly (t = 1 - w would round w away), and T(a, .) is analytic for
+/// |b| < 1 (poles of 1/(1 + x^2) at +-i); for delta <= 1/2, b <= 1/sqrt 3 on
+/// [0, 1] and 20-point Gauss-Legendre converges like 3.1^-40. For
+/// delta > 1/2, 1 - r_out >= delta/2 >= 1/4 (P is increasing in t and
+/// C(a, -1) <= 0) and the subtraction loses at most a factor 4.
+template <class Real>
+Real relu_corr_complement(Real a, Real delta) {
+  using std::sqrt;
+  const Real cdf = math::normal_cdf(a), sf = math::normal_cdf(Real(-a)), pdf = math::normal_pdf(a);
+  const Real var_std = relu_standardized_cov(a, cdf, sf, pdf, Real(1));
+  if (delta > Real(0.5)) return 1 - relu_standardized_cov(a, cdf, sf, pdf, Real(1 - delta)) / var_std;
+  using Rule = boost::math::quadrature::gauss<Real, 20>;
+  Real sum = 0;
+  for (std::size_t i = 0; i < Rule::abscissa().size(); ++i)
+    for (const Real node : {Rule::abscissa()[i], Real(-Rule::abscissa()[i])}) {
+      const Real v = (1 + node) / 2, w = delta * v * v;
+      const Real orthant = cdf - 2 * owens_t(a, Real(sqrt(w / (2 - w))));
+      sum += Rule::weights()[i] * orthant * v;
+    }
+  return sum * delta / var_std;  // (1/2 for [0, 1]) times dt/dv = 2 delta v
+}
+
 }  // namespace detail
 
 template <class T = double>
@@ -203,6 +233,27 @@ class Relu : public Component<Relu<T>, T> {
     sigprop::detail::require(name, "one_minus_corr", one_minus_corr, [](double v) { return v >= 0 && v <= 2; },
                              "[0, 2] (1 - r for a correlation r in [-1, 1])");
     return math::map_lanes(one_minus_corr, [](Real delta) { return detail::relu_corr_complement_zero_mean(delta); });
+  }
+
+  /// 1 - r_out for an input of mean `mean` and variance `var`, from
+  /// one_minus_corr = 1 - r in [0, 2] (detail::relu_corr_complement: Price's
+  /// integral of the orthant probability; docs/accuracy.md). A double is
+  /// evaluated in long double. Below the correlation floor (a < a_floor) the
+  /// map is the floor's, as in forward.
+  static T corr_complement(const T& mean, const T& var, const T& one_minus_corr) {
+    using Real = math::real_of<T>;
+    using Wide = std::conditional_t<std::is_same_v<Real, double>, long double, Real>;
+    using std::sqrt;
+    require_finite(name, "mean", mean);
+    require_variance(name, "var", var);
+    sigprop::detail::require(name, "one_minus_corr", one_minus_corr, [](double v) { return v >= 0 && v <= 2; },
+                             "[0, 2] (1 - r for a correlation r in [-1, 1])");
+    const T a = clamp_below(detail::relu_standardized_mean(mean, T(sqrt(var))));
+    return math::map_lanes(a, one_minus_corr, [](Real a_lane, Real delta) {
+      if (a_lane == 0) return detail::relu_corr_complement_zero_mean(delta);
+      if (delta == 0) return Real(0);
+      return static_cast<Real>(detail::relu_corr_complement(Wide(a_lane), Wide(delta)));
+    });
   }
 
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {

@@ -91,6 +91,14 @@ class RmsNorm : public Component<RmsNorm<T>, T> {
   /// F'(r^l): the slope of corr_len_map, which scales the gradient covariance.
   T grad_corr_factor(const T& corr_len) const { return kernel_.grad_corr_factor(corr_len); }
 
+  /// 1 - r^l_out from one_minus_corr = 1 - r^l in [0, 2] (LayerNorm(d + 1)'s
+  /// corr_complement; docs/accuracy.md).
+  T corr_complement(const T& one_minus_corr) const {
+    sigprop::detail::require(name, "one_minus_corr", one_minus_corr, [](double v) { return v >= 0 && v <= 2; },
+                             "[0, 2] (1 - r for a correlation r in [-1, 1])");
+    return kernel_.corr_complement(one_minus_corr);
+  }
+
  private:
   static T checked_width(const T& d) {
     sigprop::detail::require(
