@@ -248,6 +248,22 @@ std::vector<Row> component_rows() {
   append(r, moment_rows("sigprop::Gelu", Gelu<double>()));
   append(r, moment_rows("sigprop::Silu", Silu<double>()));
 
+  // corr_complement(1 - r): one_minus_corr in [0, 2], 0 at 0; LayerNorm's is 2 at r = -1 (F(-1) = -1).
+  const auto complement_known = [](double v) { return v == 0 ? 0.0 : v == 2 ? 2.0 : nan_value; };
+  append(r, {
+      {"sigprop::Relu", "one_minus_corr", 0, 2, true, true, [](double v) { return Relu<double>::corr_complement(v); }},
+      {"sigprop::Relu", "one_minus_corr", 0, 2, true, true,
+       [](double v) { return Relu<double>::corr_complement(0.5, 1.0, v); }},
+      {"sigprop::Relu", "mean", -inf, inf, false, false, [](double v) { return Relu<double>::corr_complement(v, 1.0, 0.01); }},
+      {"sigprop::Relu", "var", 0, inf, true, false, [](double v) { return Relu<double>::corr_complement(0.5, v, 0.01); }},
+      {"sigprop::Gelu", "one_minus_corr", 0, 2, true, true, [](double v) { return Gelu<double>::corr_complement(1.0, v); }},
+      {"sigprop::Gelu", "var", 0, inf, false, false, [](double v) { return Gelu<double>::corr_complement(v, 0.01); }},
+      {"sigprop::LayerNorm", "one_minus_corr", 0, 2, true, true,
+       [](double v) { return LayerNorm<double>(8).corr_complement(v); }, Kind::real, complement_known},
+      {"sigprop::RmsNorm", "one_minus_corr", 0, 2, true, true,
+       [](double v) { return RmsNorm<double>(8).corr_complement(v); }, Kind::real, complement_known},
+  });
+
   // Embedding: the output moments of the tables; vocab 1 makes every token equal (r = 1).
   const auto embedding = [](auto set) {
     EmbeddingConfig<double> c;

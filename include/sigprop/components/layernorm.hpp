@@ -169,12 +169,13 @@ HalfHalfPair<Real> half_half_at_one_or_by_recurrence(Real alpha, Real x, Real y)
   return half_half_recurrence(alpha, x, y);
 }
 
-// In double, the recurrence and Gauss's value at x = 1 run in long double:
-// Carlson's R_F and R_D and the gamma ratio carry a few eps each, which the
-// recurrence amplified (for d = 17 to 48 the slope F' was off by up to 180
-// eps, for d = 5 and 9 the RMS was 3-4 eps; docs/accuracy.md). With the 11
-// extra bits every d from 4 to 60 is within 5.4 eps peak and 1.7 eps RMS,
-// at about 1.4 times the cost of the double recurrence.
+// In double, the recurrence and Gauss's value at x = 1 run in long double
+// (and c0, layernorm_c0): Carlson's R_F and R_D and the gamma ratio carry a
+// few eps each, which the recurrence amplified (for d = 17 to 48 the slope
+// F' was off by up to 180 eps, for d = 5 and 9 the RMS was 3-4 eps;
+// docs/accuracy.md). With the 11 extra bits every d from 4 to 60 is within
+// 5.4 eps peak and 1.7 eps RMS, at about 1.4 times the cost of the double
+// recurrence.
 template <class Real>
 HalfHalfPair<Real> half_half(Real alpha, Real x, Real y) {
   if (y > 0 && (x <= Real(0.5) || alpha >= half_half_series_alpha<Real>)) return half_half_series(alpha, x, y);
@@ -193,18 +194,23 @@ struct LayerNormAngle {
   Real slope;  // F'(rho)
 };
 
+// Tag of LayerNorm's per-thread memo of c0 (core/memo.hpp).
+struct LayerNormC0Tag {};
+
 // c0 = (2/k) (Gamma(alpha + 1/2) / Gamma(alpha))^2, k = d - 1, alpha = k/2:
 // depends on d only (LayerNorm computes it once per width).
 template <class Real>
 Real layernorm_c0(Real d) {
-  if constexpr (std::is_same_v<Real, double>) {  // the gamma ratio in double is off by up to 3.8 eps (d = 5)
-    return static_cast<double>(layernorm_c0<long double>(d));
-  } else {
-    const layernorm_policy pol;
-    const Real k = d - 1, alpha = k / 2;
-    const Real ratio = boost::math::tgamma_delta_ratio(alpha, Real(0.5), pol);  // G(a)/G(a+1/2)
-    return 2 / (k * ratio * ratio);
+  // Below d = 49 (the contiguous relation's widths) the gamma ratio in double
+  // is off by up to 3.8 eps (d = 5), so it is taken in long double (about
+  // 1 us instead of 0.09); above, double is within 1.2 eps.
+  if constexpr (std::is_same_v<Real, double>) {
+    if (d < 2 * half_half_series_alpha<double> + 1) return static_cast<double>(layernorm_c0<long double>(d));
   }
+  const layernorm_policy pol;
+  const Real k = d - 1, alpha = k / 2;
+  const Real ratio = boost::math::tgamma_delta_ratio(alpha, Real(0.5), pol);  // G(a)/G(a+1/2)
+  return 2 / (k * ratio * ratio);
 }
 
 // F and F' from H0 and D = H0 - H1 at |rho|.
@@ -400,7 +406,11 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
         name, "d", d_,
         [](double v) { return std::isfinite(v) && v >= 4 && v <= 1e15 && std::floor(v) == v; },
         "{4, 5, 6, ...} (an integer width; d <= 3 has no finite gradient variance)");
-    c0_ = math::map_lanes(d_, [](Real d) { return static_cast<Real>(detail::layernorm_c0<Work>(d)); });
+    // c0 (a gamma ratio in long double, about 1 us) depends on d only: the
+    // LayerNorms of a stack share their width, so the last one is kept.
+    c0_ = detail::memoized<detail::LayerNormC0Tag>(std::array<T, 1>{d_}, [&] {
+      return math::map_lanes(d_, [](Real d) { return static_cast<Real>(detail::layernorm_c0<Work>(d)); });
+    });
   }
 
   const T& d() const { return d_; }
