@@ -130,6 +130,66 @@ TEST_CASE("CausalAttention: sequence averages and per-position variances against
               100 * errors[errors.size() / 2], 100 * errors.back());
 }
 
+TEST_CASE("CausalAttention: per-position gradient variances against simulation", "[causal][montecarlo]") {
+  // position_backward with the upstream gradient's variance g_i varying by
+  // position (covariance grad_corr sqrt(g_i g_m)), against real backprop
+  // through every path with the mask; positions 1, 2, 4, ..., L. Profiles:
+  // piled up at the first positions, as in the lower layers of a decoder
+  // (docs/decoders.md, "Positions"), rising towards the end, and flat.
+  struct Point {
+    double d, r, score;
+    int seq_len;
+    double r_g, p;
+    int profile;  // 0 front-heavy 1 + 40 i^-1.5, 1 rising 0.5 + i/L, 2 flat
+  };
+  const Point points[] = {{96, 0.2, 1, 64, 0.05, 0, 0},  {96, 0.2, 1, 64, 0.5, 0, 0},
+                          {128, 0.5, 2, 128, 0.5, 0.1, 1}, {128, 0.3, 4, 64, 0.3, 0, 0},
+                          {128, 0.0, 2, 128, 0.2, 0, 2}};
+  const double dk = 32;
+  std::uint64_t seed = 170;
+  int checked = 0, blind_misses = 0;
+  double worst = 0;
+  for (const Point& pt : points) {
+    const double q = std::sqrt(pt.score) / pt.d;
+    const CausalAttention<double> ca(pt.d, dk, pt.seq_len, q, q, 2 / pt.d, pt.p);
+    const Moments<double> in{0, 1, pt.r, 0};
+    std::vector<double> gv(static_cast<std::size_t>(pt.seq_len));
+    for (int i = 1; i <= pt.seq_len; ++i)
+      gv[static_cast<std::size_t>(i - 1)] = pt.profile == 0   ? 1 + 40 / std::pow(i, 1.5)
+                                            : pt.profile == 1 ? 0.5 + double(i) / pt.seq_len
+                                                              : 1.0;
+    mc::SimulationSetup setup;
+    setup.trials = 1000;
+    setup.seed = ++seed;
+    const auto sim = mc::simulate_positions(ca, in, gv, pt.r_g, setup);
+    const auto predicted = ca.position_backward(in, gv, pt.r_g);
+    // What ignores the positions: the sequence-average backward at every position.
+    double mean_grad = 0;
+    for (double v : gv) mean_grad += v / pt.seq_len;
+    const double blind = ca.backward(in, {mean_grad, pt.r_g}).var;
+    std::printf("d %.0f r %.1f score %.0f L %3d r_g %.2f p %.1f profile %d:", pt.d, pt.r, pt.score, pt.seq_len, pt.r_g,
+                pt.p, pt.profile);
+    for (int i = 1; i <= pt.seq_len; i *= 2) {
+      const auto& m = sim.position_grad_var[static_cast<std::size_t>(i - 1)];
+      const double v = predicted[static_cast<std::size_t>(i - 1)].var;
+      std::printf(" %d: %+.1f%% (se %.1f)", i, 100 * (v / m.value - 1), 100 * m.std_error / m.value);
+      INFO("position " << i << ": " << v << " vs " << m.value << " +- " << m.std_error);
+      // 4 standard errors (1-7 % here: each position is one row per trial,
+      // a heavy-tailed quadratic form) plus the 5 % allowance of the
+      // sequence averages above.
+      CHECK(std::abs(v - m.value) <= 4 * m.std_error + 0.05 * m.value);
+      worst = std::max(worst, std::abs(v / m.value - 1));
+      ++checked;
+      if (std::abs(blind - m.value) > 4 * m.std_error + 0.05 * m.value) ++blind_misses;
+    }
+    std::printf("\n");
+  }
+  std::printf("per-position gradient variances: %d positions, worst %.1f %%; the sequence average misses %d\n",
+              checked, 100 * worst, blind_misses);
+  // The positions differ by factors of 10 and more: the average is no prediction.
+  CHECK(blind_misses >= checked - 6);
+}
+
 TEST_CASE("CausalAttention: the key-count grid reproduces the profile at every count", "[causal]") {
   // Beyond 64 keys the per-query factors are evaluated on a geometric grid
   // (ratio 2^(1/16)) and interpolated (cubic in log n). Measured largest

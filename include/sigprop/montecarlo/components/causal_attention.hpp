@@ -4,6 +4,8 @@
 // path, and each position's output and input-gradient variance.
 #pragma once
 
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "sigprop/components/causal_attention.hpp"
@@ -19,14 +21,26 @@ struct CausalAttentionSimulation {
   std::vector<Estimate> position_var, position_grad_var;
 };
 
+/// The upstream gradient varies by position: row i of the sampled gradient
+/// (variance 1, correlation `grad_corr` between positions) is scaled by
+/// sqrt(grad_var[i - 1]), so positions i, m have covariance grad_corr
+/// sqrt(g_i g_m), as CausalAttention::position_backward assumes.
 inline CausalAttentionSimulation simulate_positions(const CausalAttention<double>& layer, const Moments<double>& in,
-                                                    const GradMoments<double>& grad, const SimulationSetup& setup) {
+                                                    const std::vector<double>& grad_var, double grad_corr,
+                                                    const SimulationSetup& setup) {
   constexpr const char* fn = "sigprop::montecarlo::simulate(CausalAttention)";
   require_setup(fn, setup);
   const Attention<double>& head = layer.full();
   const Eigen::Index d_in = to_size(fn, "d_in", head.d_in());
   const Eigen::Index d_k = to_size(fn, "d_k", head.d_k());
   const Eigen::Index seq_len = to_size(fn, "seq_len", head.seq_len());
+  if (grad_var.size() != static_cast<std::size_t>(seq_len))
+    throw domain_error(std::string(fn) + ": grad_var.size() = " + std::to_string(grad_var.size()) +
+                       " is outside the valid range {seq_len = " + std::to_string(seq_len) + "}");
+  for (double v : grad_var) require_variance(fn, "grad_var", v);
+  require_correlation(fn, "grad_corr", grad_corr);
+  Eigen::VectorXd grad_scale(seq_len);
+  for (Eigen::Index i = 0; i < seq_len; ++i) grad_scale(i) = std::sqrt(grad_var[static_cast<std::size_t>(i)]);
   Random rng(setup.seed);
   MomentAccumulator fwd, bwd;
   std::vector<std::vector<double>> out_sq(static_cast<std::size_t>(seq_len)), grad_sq(out_sq.size());
@@ -37,7 +51,7 @@ inline CausalAttentionSimulation simulate_positions(const CausalAttention<double
     const Eigen::MatrixXd wk = rng.normal_matrix(d_in, d_k, head.k_var());
     const Eigen::MatrixXd wv = rng.normal_matrix(d_in, d_k, head.v_var());
     const Eigen::MatrixXd mask = head.p() > 0 ? dropout_mask(seq_len, seq_len, head.p(), rng) : no_mask;
-    const Eigen::MatrixXd g = sample_gradient(seq_len, d_k, grad, rng);
+    const Eigen::MatrixXd g = grad_scale.asDiagonal() * sample_gradient(seq_len, d_k, {1, grad_corr}, rng);
     const AttentionTrial t = attention_trial(x, wq, wk, wv, mask, g, true);
     const Eigen::MatrixXd dx = t.grad_value_path + t.grad_softmax_path;
     fwd.add(t.out);
@@ -53,6 +67,16 @@ inline CausalAttentionSimulation simulate_positions(const CausalAttention<double
     s.position_grad_var.push_back(detail::mean_estimate(grad_sq[i]));
   }
   return s;
+}
+
+/// The same for an upstream gradient of moments `grad` at every position.
+inline CausalAttentionSimulation simulate_positions(const CausalAttention<double>& layer, const Moments<double>& in,
+                                                    const GradMoments<double>& grad, const SimulationSetup& setup) {
+  constexpr const char* fn = "sigprop::montecarlo::simulate(CausalAttention)";
+  require_grad_moments(fn, grad);
+  const auto seq_len = to_size(fn, "seq_len", layer.full().seq_len());
+  return simulate_positions(layer, in, std::vector<double>(static_cast<std::size_t>(seq_len), grad.var),
+                            grad.corr_len, setup);
 }
 
 /// The sequence-wide statistics only (the layer's own seq_len is L).
