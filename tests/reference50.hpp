@@ -324,16 +324,15 @@ inline std::vector<Case> complement_cases() {
   naive.asserted = false;
   cases.push_back(naive);
   // ReLU at a nonzero mean (Price's integral of the orthant probability, in
-  // long double). Known gap, printed and not asserted: at mu/s = -8 the
-  // variance C(a, 1) that divides the integral cancels (relu.hpp).
-  for (double mu : {-8.0, -2.0, -0.3, 0.7, 3.0}) {
+  // long double; below mu/s = -2 the variance that divides it from the Mills
+  // ratio's continued fraction, relu.hpp), down to the correlation floor.
+  for (double mu : {-30.0, -16.0, -8.0, -4.0, -2.0, -0.3, 0.7, 3.0}) {
     const Big a = mu, cdf = math::normal_cdf(a), sf = math::normal_cdf(Big(-a)), pdf = math::normal_pdf(a);
     const Big var_std = detail::relu_standardized_cov(a, cdf, sf, pdf, Big(1));
     Case rc{"Relu corr_complement (mu/s = " + num(mu) + ")", complement_grid(),
             [=](double delta) { return Relu<double>::corr_complement(mu, 1.0, delta); },
             [=](const Big& delta) { return 1 - detail::relu_standardized_cov(a, cdf, sf, pdf, Big(1 - delta)) / var_std; },
             false, 4, 2};
-    rc.asserted = mu > -8;
     cases.push_back(rc);
   }
   using Z = detail::GeluZeroMean<Big>;
