@@ -30,6 +30,7 @@
 #include "sigprop/models/claims.hpp"
 #include "sigprop/models/config.hpp"
 #include "sigprop/models/measures.hpp"
+#include "sigprop/models/positions.hpp"
 #include "sigprop/models/reproductions.hpp"
 #include "sigprop/models/schemes.hpp"
 #include "sigprop/models/stack.hpp"

@@ -164,6 +164,14 @@ struct SublayerForward {
   T branch_var, residual_share;
 };
 
+// A composed sublayer's output given its residual sum: the sum itself, or
+// in Post-LN the LayerNorm that follows it.
+template <class T, class Sub>
+Moments<T> after_residual(const Sub& sub, const Moments<T>& sum) {
+  if constexpr (is_serial_v<Sub>) return sub.template part<1>().forward(sum);
+  else return sum;
+}
+
 template <class T, class W, class Block>
 SublayerForward<T> sublayer_forward(const StackShape<T>& s, const W& w, Sublayer which, Block block,
                                     const Moments<T>& x) {
@@ -172,8 +180,7 @@ SublayerForward<T> sublayer_forward(const StackShape<T>& s, const W& w, Sublayer
     const Moments<T> f = res.branch().forward(res.branch_input(x));
     const Moments<T> sum = res.combine(x, f);
     SublayerForward<T> r;
-    if constexpr (is_serial_v<std::decay_t<decltype(sub)>>) r.out = sub.template part<1>().forward(sum);
-    else r.out = sum;
+    r.out = after_residual<T>(sub, sum);
     r.branch_var = f.var;
     r.residual_share = math::ratio_or(res.branch_scale() * res.branch_scale() * f.var, sum.var, 0);
     return r;
