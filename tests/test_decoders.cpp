@@ -156,6 +156,35 @@ TEST_CASE("decoders: per-position forward variances against whole-model simulati
                     Catch::Contains("sigprop::trace_positions: causal = false is outside the valid range {true}"));
 }
 
+TEST_CASE("decoders: trace_positions at chosen positions", "[decoders]") {
+  // A position's stream does not depend on the others': the chosen
+  // positions equal those columns of the whole table, exactly.
+  for (const char* arch : {"llama", "gpt2"}) {
+    ModelConfig c = with_architecture(ModelConfig{}, arch);
+    c.layers = 3;
+    c.seq_len = 50;
+    const ModelWeights w = initialize(c, Scheme::dslm);
+    const PositionTrace all = trace_positions(c, w);
+    const PositionTrace some = trace_positions(c, w, {1, 7, 50});
+    REQUIRE(all.positions.size() == 50);
+    CHECK(all.positions.front() == 1);
+    CHECK(all.positions.back() == 50);
+    REQUIRE(some.positions == std::vector<std::size_t>{1, 7, 50});
+    for (std::size_t n = 0; n <= c.layers; ++n)
+      for (std::size_t j = 0; j < 3; ++j) {
+        INFO(arch << " row " << n << " position " << some.positions[j]);
+        CHECK(some.rows[n][j].var == all.rows[n][some.positions[j] - 1].var);
+        CHECK(some.rows[n][j].corr_len == all.rows[n][some.positions[j] - 1].corr_len);
+        if (n < c.layers) CHECK(some.mid[n][j].var == all.mid[n][some.positions[j] - 1].var);
+      }
+    CHECK_THROWS_WITH(trace_positions(c, w, {0}),
+                      Catch::Contains("sigprop::trace_positions: positions[0] = 0 is outside the valid range [1, seq_len = 50]"));
+    CHECK_THROWS_WITH(trace_positions(c, w, {2, 51}), Catch::Contains("positions[1] = 51 is outside the valid range [3, seq_len = 50]"));
+    CHECK_THROWS_WITH(trace_positions(c, w, {4, 4}), Catch::Contains("positions[1] = 4 is outside the valid range [5, seq_len = 50]"));
+    CHECK_THROWS_AS(trace_positions(c, w, {9, 2}), domain_error);
+  }
+}
+
 TEST_CASE("decoders: the simulation's per-position moments", "[decoders][montecarlo]") {
   // montecarlo::ModelSimulation::forward_by_position / backward_by_position:
   // their average over the positions is the row's mean square, and under the

@@ -17,9 +17,11 @@
 // sublayer's norm makes every position alike. Without norms (no-LN) the
 // heads see the average input, an approximation.
 //
-// Cost: O(N L) sublayer evaluations and (2N + 1) L moment states; at 192
-// layers and L = 2048, 0.26 s for gpt2 and 6 s for llama (SiLU's moments at
-// every position), against 0.04-0.05 s for trace() (docs/decoders.md).
+// Cost: with every position, O(N L) sublayer evaluations and (2N + 1) L
+// moment states; at 192 layers and L = 2048, 0.26 s for gpt2 and 6 s for
+// llama (SiLU's moments at every position), against 0.04-0.05 s for
+// trace(). A few chosen positions cost O(N) sublayer evaluations each
+// (docs/decoders.md).
 //
 // Measured against the whole-model simulation's per-position mean squares
 // (tests/test_decoders.cpp, docs/decoders.md): within a few percent at every
@@ -30,16 +32,19 @@
 #include <cstddef>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "sigprop/models/stack.hpp"
 
 namespace sigprop {
 
-/// Per position of a decoder stack: rows[n][i - 1] the forward moments of
-/// the residual stream at position i (i = 1..L) after layer n (n = 0: the
-/// model input), mid[n - 1][i - 1] after layer n's attention sublayer.
+/// Per position of a decoder stack: rows[n][j] the forward moments of the
+/// residual stream at position positions[j] (1-based) after layer n (n = 0:
+/// the model input), mid[n - 1][j] after layer n's attention sublayer. With
+/// every position (the default), rows[n][i - 1] is position i.
 struct PositionTrace {
+  std::vector<std::size_t> positions;
   std::vector<std::vector<Moments<double>>> rows, mid;
 };
 
@@ -47,11 +52,12 @@ namespace detail {
 
 template <class Activation>
 PositionTrace trace_positions_with(const StackShape<double>& s, const std::vector<LayerWeights>& layers,
-                                   const Trace& averaged) {
-  const std::size_t N = s.layers, L = static_cast<std::size_t>(s.seq_len);
+                                   const Trace& averaged, std::vector<std::size_t> positions) {
+  const std::size_t N = s.layers, P = positions.size();
   PositionTrace p;
-  p.rows.assign(N + 1, std::vector<Moments<double>>(L, averaged.rows[0].forward));
-  p.mid.assign(N, std::vector<Moments<double>>(L));
+  p.positions = std::move(positions);
+  p.rows.assign(N + 1, std::vector<Moments<double>>(P, averaged.rows[0].forward));
+  p.mid.assign(N, std::vector<Moments<double>>(P));
   for (std::size_t n = 0; n < N; ++n) {
     const LayerWeights& w = layers[n];
     with_block<Activation>(s, w, Sublayer::attention, [&](const auto& block) {
@@ -69,15 +75,16 @@ PositionTrace trace_positions_with(const StackShape<double>& s, const std::vecto
           fi = block.template part<2>().forward(block.template part<1>().forward(fi));
         }
         with_sublayer(s, w, Sublayer::attention, block, [&](const auto& sub) {
-          for (std::size_t i = 0; i < L; ++i)
-            p.mid[n][i] = after_residual<double>(sub, residual_of<double>(sub).combine(p.rows[n][i], f[i]));
+          for (std::size_t j = 0; j < P; ++j)
+            p.mid[n][j] = after_residual<double>(
+                sub, residual_of<double>(sub).combine(p.rows[n][j], f[p.positions[j] - 1]));
           return 0;
         });
       }
       return 0;
     });
     on_sublayer<Activation>(s, w, Sublayer::ffn, [&](const auto& sub) {
-      for (std::size_t i = 0; i < L; ++i) p.rows[n + 1][i] = sub.forward(p.mid[n][i]);
+      for (std::size_t j = 0; j < P; ++j) p.rows[n + 1][j] = sub.forward(p.mid[n][j]);
       return 0;
     });
   }
@@ -87,22 +94,40 @@ PositionTrace trace_positions_with(const StackShape<double>& s, const std::vecto
 }  // namespace detail
 
 /// Each position's forward moments through a decoder stack (config.causal;
-/// the header comment has the method). The sequence average of rows[n] is
-/// close to trace(config, weights).rows[n].forward (tests/test_decoders.cpp).
-inline PositionTrace trace_positions(const ModelConfig& config, const ModelWeights& weights) {
+/// the header comment has the method): every position 1..L, or only
+/// `positions` (1-based, increasing, each in [1, seq_len]; a position's
+/// stream does not depend on the others', so a few positions of a long
+/// sequence cost O(N) sublayer evaluations each, plus the heads' O(N L)
+/// profile). With every position, the average of rows[n] is
+/// trace(config, weights).rows[n].forward (tests/test_decoders.cpp).
+inline PositionTrace trace_positions(const ModelConfig& config, const ModelWeights& weights,
+                                     std::vector<std::size_t> positions = {}) {
   constexpr const char* fn = "sigprop::trace_positions";
   if (!config.causal)
     throw domain_error(std::string(fn) +
                        ": causal = false is outside the valid range {true} (without the mask every position has "
                        "the sequence average of trace())");
   const Trace averaged = trace(config, weights);  // validates config and weights
+  if (positions.empty()) {
+    positions.resize(config.seq_len);
+    for (std::size_t i = 0; i < positions.size(); ++i) positions[i] = i + 1;
+  }
+  for (std::size_t j = 0; j < positions.size(); ++j) {
+    const std::size_t low = j == 0 ? 1 : positions[j - 1] + 1;
+    if (positions[j] < low || positions[j] > config.seq_len)
+      throw domain_error(std::string(fn) + ": positions[" + std::to_string(j) + "] = " +
+                         std::to_string(positions[j]) + " is outside the valid range [" + std::to_string(low) +
+                         ", seq_len = " + std::to_string(config.seq_len) + "] (increasing positions 1..seq_len)");
+  }
   const auto s = detail::shape_of(config);
   switch (s.activation) {
-    case FfnActivation::relu: return detail::trace_positions_with<Relu<double>>(s, weights.layers, averaged);
-    case FfnActivation::gelu: return detail::trace_positions_with<Gelu<double>>(s, weights.layers, averaged);
+    case FfnActivation::relu:
+      return detail::trace_positions_with<Relu<double>>(s, weights.layers, averaged, std::move(positions));
+    case FfnActivation::gelu:
+      return detail::trace_positions_with<Gelu<double>>(s, weights.layers, averaged, std::move(positions));
     case FfnActivation::silu: break;
   }
-  return detail::trace_positions_with<Silu<double>>(s, weights.layers, averaged);
+  return detail::trace_positions_with<Silu<double>>(s, weights.layers, averaged, std::move(positions));
 }
 
 }  // namespace sigprop
