@@ -133,6 +133,7 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 
 #include "sigprop/components/detail/softmax_concentration.hpp"
 #include "sigprop/components/linear.hpp"
@@ -665,7 +666,10 @@ class Attention : public Component<Attention<T>, T> {
     // e^{kappa D} (header; the product bounded to [-1, 1], far beyond the
     // first order's validity, so that no ratio of the two turns NaN).
     a.pos_norm_var = pos_norm_var_ratio(in, a.corr_queries);
-    const T kurtosis = 6 * (a.pos_norm_var - 1) * (1 + hidden_spread_of(in)) / (d_in_ + 1);
+    // (Kept finite: a norm fluctuation near the largest double overflowed it
+    // to inf, and inf times a zero slope at score variance 0 is NaN.)
+    const T kurtosis = clamp_abs(T(6 * (a.pos_norm_var - 1) * (1 + hidden_spread_of(in)) / (d_in_ + 1)),
+                                 T(0 * L + std::numeric_limits<math::real_of<T>>::max()));
     const T bound = 0 * L + 1;
     // Every tabulated factor at (sigma^2, L), the table stencil found once.
     const detail::SoftmaxFactors<T> tables = detail::softmax_factors(a.score_var, L);
