@@ -76,7 +76,7 @@ TEST_CASE("Silu: quadrature agrees with a 2-D quadrature of the defining integra
   // 1e-15, is measured against a long-double evaluation: docs/components/silu.md.)
   const Silu<double> layer;
   for (double mu : {-2.0, -0.75, 0.0, 0.6, 2.5})
-    for (double s2 : {0.2, 3.0})
+    for (double s2 : {0.2, 3.0, 16.0})
       for (double r : {-0.7, 0.45, 0.97}) {
         const SiluByQuadrature ref(mu, s2, r);
         const Moments<double> in{mu, s2, r, r};
@@ -125,6 +125,48 @@ TEST_CASE("Silu: the Hermite expansion agrees with the nested quadrature where i
     }
   std::printf("Hermite expansion against the nested quadrature: largest difference %.2g (corr), %.2g (grad corr)\n",
               worst_forward, worst_backward);
+}
+
+TEST_CASE("Silu: the ReLU split agrees with the nested quadrature where it is used", "[silu]") {
+  // Where the expansion does not close and s >= 3, mu/s >= -4, r <= 0.999,
+  // the correlations come from SiLU = ReLU - h (ReLU's closed form plus
+  // integrals over h's support; components/silu.md, "ReLU split"). The nested
+  // quadrature is within 1e-15 of a long-double evaluation; the split, with
+  // its closed-form part in long double, measures within 6.7e-16 (corr) and
+  // 1.3e-15 (grad corr) of it for r <= 0.999, required 5e-14. Nearer 1 (not
+  // used there) its terms cancel: 5.1e-13 at r = 1 - 1e-12, required 2e-12.
+  // The h terms are at least 1e-6 of the result here (s^2 = 1e6), so a wrong
+  // weight or a missing term shows far above either bound.
+  using Quadrature = sigprop::detail::SiluQuadrature<double>;
+  double worst_forward = 0, worst_backward = 0, nested_s = 0, split_s = 0;
+  using clock = std::chrono::steady_clock;
+  for (double mu : {-40.0, -12.0, -8.0, -3.0, -1.27846, -0.5, 0.0, 0.7, 2.0, 6.0, 40.0})
+    for (double s2 : {4.0, 9.0, 25.0, 100.0, 1e4, 1e6}) {
+      const Quadrature quad(mu, s2);
+      INFO("mu = " << mu << ", s2 = " << s2);
+      CHECK(quad.splits(0.5) == (s2 >= 9 && mu / std::sqrt(s2) >= -4));
+      CHECK(!quad.splits(0.9991));
+      if (!quad.splits(0.5)) continue;
+      const double per_var = quad.var_per_var(), second = quad.grad_second();
+      for (double r : {-1.0, -0.9, -0.3, 0.1, 0.5, 0.9, 0.99, 1 - 1e-6, 1 - 1e-12, 1.0}) {
+        INFO("r = " << r);
+        const auto t0 = clock::now();
+        const double corr = quad.cov_per_var(r, per_var) / per_var, grad = quad.grad_cross(r, second) / second;
+        const auto t1 = clock::now();
+        const double corr_split = quad.cov_per_var_split(r, per_var) / per_var;
+        const double grad_split = quad.grad_cross_split(r, second) / second;
+        nested_s += std::chrono::duration<double>(t1 - t0).count();
+        split_s += std::chrono::duration<double>(clock::now() - t1).count();
+        const bool used = r <= 0.999;
+        CHECK(std::abs(corr_split - corr) < (used ? 5e-14 : 2e-12));
+        CHECK(std::abs(grad_split - grad) < (used ? 5e-14 : 2e-12));
+        if (!used) continue;
+        worst_forward = std::max(worst_forward, std::abs(corr_split - corr));
+        worst_backward = std::max(worst_backward, std::abs(grad_split - grad));
+      }
+    }
+  std::printf("ReLU split against the nested quadrature, r <= 0.999: largest difference %.2g (corr), %.2g (grad corr); "
+              "%.2f s nested, %.2f s split\n", worst_forward, worst_backward, nested_s, split_s);
 }
 
 TEST_CASE("Silu: limits in the variance", "[silu]") {

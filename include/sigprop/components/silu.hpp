@@ -28,7 +28,12 @@
 // to 512 nodes, whenever the expansion's Parseval sums match the 1-D
 // integrals Var[u] and E[SiLU'^2] to 1e-14 -- for input variances up to 4 at
 // least, where a forward + backward takes about 0.1 ms instead of 2-5 ms.
-// Otherwise, and as the reference in the tests, the nested quadrature below.
+// Otherwise, for s >= 3, mu/s >= -4 and r <= 0.999, the ReLU split:
+// SiLU = ReLU - h, h(x) = |x| sigma(-|x|) bounded and localized, so the
+// covariance is ReLU's closed form (relu.hpp) plus integrals over h's support
+// only (cov_per_var_split; likewise SiLU' = 1{x > 0} + q, grad_cross_split),
+// within 1.3e-15 of the nested quadrature in a third of its time. Otherwise,
+// and as the reference in the tests, the nested quadrature below.
 //
 // Evaluation. With x = mu + s z, z ~ N(0, 1), every moment is a 1-D integral
 // over z (mean, variance, E[SiLU'^2]) or an outer integral over z whose
@@ -94,6 +99,7 @@
 
 #include "sigprop/components/detail/activation_norm.hpp"
 #include "sigprop/components/detail/hermite_expansion.hpp"
+#include "sigprop/components/relu.hpp"
 #include "sigprop/core/component.hpp"
 
 namespace sigprop {
@@ -106,7 +112,11 @@ template <class R>
 struct SiluSigmoid {
   R plus, minus;  // sigma(x), sigma(-x) = 1 - sigma(x)
   explicit SiluSigmoid(R x) {
-    const R e = std::exp(-std::abs(x));
+    // exp underflows to 0 past -log(denorm_min) (744 for double); skipping the
+    // call there skips libm's slow underflow path (a large-variance input
+    // reaches it at most quadrature nodes).
+    static const R underflow = -std::log(std::numeric_limits<R>::denorm_min());
+    const R e = std::abs(x) < underflow ? std::exp(-std::abs(x)) : R(0);
     const R upper = 1 / (1 + e), lower = e / (1 + e);
     plus = x >= 0 ? upper : lower;
     minus = x >= 0 ? lower : upper;
@@ -167,6 +177,24 @@ R silu_derivative_near(R mu, const SiluSigmoid<R>& at_mu, R d) {
   return sig.plus * ((1 + b) + d * sig.minus + b * sig.plus * std::expm1(-d));
 }
 
+/// ReLU(x) - SiLU(x) = |x| sigma(-|x|) >= 0: at most 0.2785, below
+/// |x| e^-|x|, with a kink at 0 (the ReLU split, header comment).
+template <class R>
+R silu_relu_gap(R x) {
+  const R t = std::abs(x);
+  return t * SiluSigmoid<R>(t).minus;
+}
+
+/// SiLU'(x) - 1{x > 0} = sign(x) sigma(-|x|) (|x| sigma(|x|) - 1): at most 1/2
+/// in size, below (1 + |x|) e^-|x|, with a jump from 1/2 to -1/2 at 0.
+template <class R>
+R silu_step_gap(R x) {
+  const R t = std::abs(x);
+  const SiluSigmoid<R> sig(t);
+  const R v = sig.minus * (t * sig.plus - 1);
+  return x > 0 ? v : -v;
+}
+
 /// Moments of SiLU(mu + s z), z ~ N(0, 1), s > 0, by adaptive Gauss-Kronrod
 /// (header comment). Scalar only; R is at least double.
 template <class R>
@@ -208,7 +236,7 @@ class SiluQuadrature {
               c == 0 ? u(r * z) : inner(z, r, c, [&](R w) { return u(r * z + c * w); }, inner_floor);
           return (u(z) - shift_) * (partner - shift_);
         },
-        var_per_var);
+        var_per_var, partner_kink(r), partner_width(r, c));
   }
 
   /// Corr[SiLU(x1), SiLU(x2)] at correlation r; `var_per_var` is
@@ -217,14 +245,81 @@ class SiluQuadrature {
   R corr(R r, R var_per_var) const {
     if (r == 0) return 0;
     const auto& e = expansion(Expansion::Check::value, var_per_var);
-    return e ? e->value_pair(r) / e->value_energy() : cov_per_var(r, var_per_var) / var_per_var;
+    if (e) return e->value_pair(r) / e->value_energy();
+    return (splits(r) ? cov_per_var_split(r, var_per_var) : cov_per_var(r, var_per_var)) / var_per_var;
   }
 
   /// E[SiLU'(x1) SiLU'(x2)] / E[SiLU'(x)^2] at correlation r; `second` is
   /// grad_second(). As corr(), with the derivative's Parseval sum.
   R grad_corr(R r, R second) const {
     const auto& e = expansion(Expansion::Check::derivative, second);
-    return e ? e->derivative_pair(r) / e->derivative_energy() : grad_cross(r, second) / second;
+    if (e) return e->derivative_pair(r) / e->derivative_energy();
+    return (splits(r) ? grad_cross_split(r, second) : grad_cross(r, second)) / second;
+  }
+
+  /// Whether the correlations at r not given by the expansion come from the
+  /// ReLU split rather than the nested quadrature (header comment): s >= 3,
+  /// mu/s >= -4 and r <= 0.999 (nearer 1 the split's terms cancel: 5e-13 at
+  /// r = 1 - 1e-12, mu = -8, s = 3, where the nested quadrature keeps 1e-16).
+  bool splits(R r) const { return s_ >= 3 && kink_ <= 4 && r <= R(0.999); }
+
+  /// cov_per_var by the ReLU split: SiLU = ReLU - h, h = silu_relu_gap, so
+  ///   Cov[SiLU1, SiLU2] = s^2 C(a, r) - 2 Cov[ReLU1, h2] + Cov[h1, h2]
+  /// with C the ReLU's closed form (relu.hpp, a = mu/s), Cov[ReLU1, h2] =
+  /// E[h(x2) (E[ReLU(x1) | x2] - E ReLU)] and E[ReLU(x1) | x2] =
+  /// sc phi(m/sc) + m Phi(m/sc), m = mu + r (x2 - mu), sc = s sqrt(1 - r^2);
+  /// the integrals are over h's support only. `var_per_var` is var_per_var().
+  R cov_per_var_split(R r, R var_per_var) const {
+    if (r == 0) return 0;
+    const R a = -kink_, cdf = math::normal_cdf(a), pdf = math::normal_pdf(a);
+    using Wide = std::conditional_t<std::is_same_v<R, double>, long double, R>;
+    const Wide aw = Wide(mu_) / Wide(s_);
+    const R relu = R(relu_standardized_cov(aw, math::normal_cdf(aw), math::normal_cdf(-aw), math::normal_pdf(aw), Wide(r)));
+    const R var = s_ * s_ * var_per_var, relu_mean = s_ * (pdf + a * cdf);
+    const R sc = s_ * std::sqrt((1 - r) * (1 + r));
+    const auto partner = [&](R x) { return mu_ + r * (x - mu_); };
+    const auto relu_given = [&](R m) {  // E[(m + sc w)^+], w ~ N(0, 1)
+      return sc > 0 ? sc * math::normal_pdf(m / sc) + m * math::normal_cdf(m / sc) : std::max(m, R(0));
+    };
+    const R feature = mu_ - mu_ / r, width = sc / std::abs(r);  // where the partner's m crosses 0
+    const R relu_gap = gap_expect(
+        [&](R x) { return silu_relu_gap(x) * (relu_given(partner(x)) - relu_mean); }, mu_, s_, var, feature, width);
+    const R gap_mean = gap_expect([](R x) { return silu_relu_gap(x); }, mu_, s_, R(0));
+    const R gap_pair = gap_expect(
+        [&](R x) {
+          // The inner integral is at most max h = 0.2785 and its error enters
+          // times h: it is skipped where h 0.2785 < 1e-16 var, its floor is var / h.
+          const R h = silu_relu_gap(x);
+          if (!(h * R(0.2785) >= negligible() * var)) return R(0);
+          return h * gap_expect([](R y) { return silu_relu_gap(y); }, partner(x), sc, var / h);
+        },
+        mu_, s_, var, feature, width);
+    return relu + (gap_pair - gap_mean * gap_mean - 2 * relu_gap) / (s_ * s_);
+  }
+
+  /// grad_cross by the split SiLU' = 1{x > 0} + q, q = silu_step_gap:
+  ///   E[SiLU'1 SiLU'2] = P(x1 > 0, x2 > 0) + 2 E[q(x2) Phi(m/sc)] + E[q1 q2],
+  /// the orthant probability in closed form (relu.hpp), m and sc as above.
+  R grad_cross_split(R r, R second) const {
+    if (r == 0) return grad_cross(r, second);  // E[SiLU']^2, one 1-D integral
+    const R a = -kink_;
+    const ReluOrthant<R> both_positive(a, math::normal_cdf(a), r);  // P(U1 < a, U2 < a)
+    const R sc = s_ * std::sqrt((1 - r) * (1 + r));
+    const auto partner = [&](R x) { return mu_ + r * (x - mu_); };
+    const auto step_given = [&](R m) {  // P(m + sc w > 0)
+      return sc > 0 ? math::normal_cdf(m / sc) : R(m > 0 ? 1 : 0);
+    };
+    const R feature = mu_ - mu_ / r, width = sc / std::abs(r);  // where the partner's m crosses 0
+    const R step_gap =
+        gap_expect([&](R x) { return silu_step_gap(x) * step_given(partner(x)); }, mu_, s_, second, feature, width);
+    const R gap_pair = gap_expect(
+        [&](R x) {
+          const R q = silu_step_gap(x);  // as in cov_per_var_split, with max |q| = 1/2
+          if (!(std::abs(q) / 2 >= negligible() * second)) return R(0);
+          return q * gap_expect([](R y) { return silu_step_gap(y); }, partner(x), sc, second / std::abs(q));
+        },
+        mu_, s_, second, feature, width);
+    return both_positive.orthant + 2 * step_gap + gap_pair;
   }
 
   /// Whether corr() and grad_corr() use the Hermite expansion at this input.
@@ -255,7 +350,7 @@ class SiluQuadrature {
                                    : inner(z, r, c, [&](R w) { return derivative(r * z + c * w); }, inner_floor);
           return derivative(z) * partner;
         },
-        second);
+        second, partner_kink(r), partner_width(r, c));
   }
 
  private:
@@ -265,9 +360,15 @@ class SiluQuadrature {
 
   // E[f(z)] over z ~ N(0, 1); SiLU's transition is at z = -mu/s, of width 1/s.
   template <class F>
-  R outer(F f, R floor) const {
-    return expect(f, floor, kink_, s_);
+  R outer(F f, R floor, R partner_kink = std::numeric_limits<R>::quiet_NaN(), R partner_width = 0) const {
+    return expect(f, floor, kink_, s_, partner_kink, partner_width);
   }
+
+  // The partner's transition as a function of z: its argument mu + r s z
+  // crosses 0 at z = kink/r, over a width max(c, 1/s)/|r| (c = sqrt(1 - r^2)).
+  // Returned for r < 0 only: for r > 0 it lies beside the own kink's cuts.
+  R partner_kink(R r) const { return r < 0 ? kink_ / r : std::numeric_limits<R>::quiet_NaN(); }
+  R partner_width(R r, R c) const { return std::max(c, 1 / s_) / std::abs(r); }
 
   // E[f(w)] over the partner's w ~ N(0, 1), x2 = mu + s (r z + c w): the
   // transition is at w = (-mu/s - r z)/c, of width 1/(s c).
@@ -277,29 +378,66 @@ class SiluQuadrature {
   }
 
   // E[f(Z)], Z ~ N(0, 1), to 1e-12 max(|E f|, floor), for f built from
-  // SiLU(m + scale Z) with kink = -m/scale (header comment). For m < 0 the
+  // SiLU(m + scale Z) with kink = -m/scale (header comment) and, for a pair,
+  // the partner's conditional expectation, whose transition lies at
+  // partner_kink with width partner_width (cut like the own kink where
+  // narrower than 0.1: a pair with r near -1 has it far from the own kink,
+  // where the error estimate of an uncut piece missed it). For m < 0 the
   // integrand's peak is at most min(2 scale, max(kink, sqrt(scale kink))) from
   // 0 (the exponential growth stops at the kink, or at kink/|r| for a partner
   // with r < 0); 12 beyond it the Gaussian has dropped by e^-72.
   template <class F>
-  static R expect(F f, R floor, R kink, R scale) {
+  static R expect(F f, R floor, R kink, R scale, R partner_kink = std::numeric_limits<R>::quiet_NaN(),
+                  R partner_width = 0) {
     const auto g = [&](R z) {
       const R density = math::normal_pdf(z);
       return density > 0 ? f(z) * density : R(0);
     };
     const R reach = kink > 0 ? std::min(R(38), 12 + std::min(2 * scale, std::max(kink, std::sqrt(scale * kink)))) : R(12);
-    R cuts[6] = {-reach, 0, reach};
+    R cuts[9] = {-reach, 0, reach};
     std::size_t n = 3;
+    const auto cut = [&](R c) {
+      if (!(std::abs(c) < reach)) return;  // outside, or NaN
+      std::size_t i = n++;  // insertion into the sorted cuts
+      for (; cuts[i - 1] > c; --i) cuts[i] = cuts[i - 1];
+      cuts[i] = c;
+    };
     if (scale > 1)
-      for (R c : {kink, R(kink - 40 / scale), R(kink + 40 / scale)}) {
-        if (!(std::abs(c) < reach)) continue;
-        std::size_t i = n++;  // insertion into the sorted cuts
-        for (; cuts[i - 1] > c; --i) cuts[i] = cuts[i - 1];
-        cuts[i] = c;
-      }
-    // Global adaptive bisection (QUADPACK's QAG strategy): split the piece with
-    // the largest error estimate until the summed estimate is below
-    // 1e-12 max(|E f|, floor), within a budget of 64 pieces (3904 points).
+      for (R c : {kink, R(kink - 40 / scale), R(kink + 40 / scale)}) cut(c);
+    if (partner_width < R(0.1))
+      for (R c : {partner_kink, R(partner_kink - 40 * partner_width), R(partner_kink + 40 * partner_width)}) cut(c);
+    return adaptive(g, cuts, n, floor);
+  }
+
+  // E[f(X)], X ~ N(m, sigma^2), for f = silu_relu_gap or silu_step_gap times
+  // a factor that is smooth except for a transition of width `width` at
+  // `feature` (the partner's own kink; width 0 for a kink or jump): over
+  // |x| <= 80 (beyond, f < 81 e^-80 = 1e-33) and 12 sigma around m, cut at
+  // f's kink 0, at the feature and 12 widths either side of it, so that no
+  // piece holds a feature narrower than itself.
+  template <class F>
+  static R gap_expect(F f, R m, R sigma, R floor, R feature = std::numeric_limits<R>::quiet_NaN(),
+                      R width = 0) {
+    if (!(sigma > 0)) return f(m);
+    const R support = 80;
+    R cuts[6] = {std::max(m - 12 * sigma, -support), std::min(m + 12 * sigma, support)};
+    if (!(cuts[0] < cuts[1])) return 0;
+    std::size_t n = 2;
+    for (R c : {R(0), feature, R(feature - 12 * width), R(feature + 12 * width)}) {
+      if (!(c > cuts[0] && c < cuts[n - 1])) continue;  // outside, or NaN
+      std::size_t i = n++;  // insertion into the sorted cuts
+      for (; cuts[i - 1] > c; --i) cuts[i] = cuts[i - 1];
+      cuts[i] = c;
+    }
+    return adaptive([&](R x) { return f(x) * math::normal_pdf((x - m) / sigma) / sigma; }, cuts, n, floor);
+  }
+
+  // Integral of g over [cuts[0], cuts[n - 1]] by global adaptive bisection
+  // (QUADPACK's QAG strategy): split the piece with the largest error
+  // estimate until the summed estimate is below 1e-12 max(|integral|, floor),
+  // within a budget of 64 pieces (3904 points). The cuts are sorted.
+  template <class G>
+  static R adaptive(const G& g, const R* cuts, std::size_t n, R floor) {
     constexpr std::size_t budget = 64;
     R a[budget], b[budget], value[budget], error[budget];
     std::size_t pieces = 0;
@@ -332,6 +470,8 @@ class SiluQuadrature {
   }
 
   static constexpr R tolerance() { return R(1e-12); }
+  // A contribution below this times the floor is left out (10^-4 of the tolerance).
+  static constexpr R negligible() { return R(1e-16); }
   // The Parseval check of the Hermite expansion against the 1-D moments: the
   // adaptive integrals reach about 1e-15 (docs/components/silu.md), and at
   // 1e-14 the correlations agree with the 2-D quadrature to a few 1e-15.
