@@ -453,9 +453,11 @@ inline AttentionGradient fuzzed_gradient(ByteReader& in) {
 }
 
 // Limits on the work one input may ask for (see cli_too_costly): the layers
-// of a traced model and the positions a causal head walks.
+// of a traced model, the positions a causal head walks, and the sequence
+// length up to which a causal model's positions are traced one by one.
 inline constexpr double max_layers = 64;
 inline constexpr double max_causal_seq = 4096;
+inline constexpr std::size_t max_position_seq = 1024;  // trace_positions: O(seq_len) per position and layer
 
 inline std::string check_model(ByteReader& in) {
   ModelConfig c;
@@ -494,6 +496,26 @@ inline std::string check_model(ByteReader& in) {
     if (auto f = check_trace("trace", t); !f.empty()) return f;
     if (!std::isfinite(output_change(t)) || std::isnan(sensitivity(t)))
       return "output_change " + std::to_string(output_change(t)) + ", sensitivity " + std::to_string(sensitivity(t));
+    // Each position's moments (trace_positions) at up to three positions,
+    // decoded after the model so that earlier inputs still decode the same
+    // model. A step of 0 repeats a position, like one past seq_len an error.
+    if (c.causal && c.seq_len <= max_position_seq && in.flag()) {
+      std::vector<std::size_t> positions;
+      std::size_t p = 0;
+      for (std::size_t k = 1 + in.byte() % 3; k > 0; --k) {
+        p += in.below(c.seq_len + 1);
+        positions.push_back(in.flag() ? c.seq_len : p);
+      }
+      const PositionTrace pt = trace_positions(c, w, positions);
+      for (std::size_t n = 0; n < pt.rows.size(); ++n)
+        for (std::size_t j = 0; j < pt.positions.size(); ++j) {
+          std::string f = check_result("forward", pt.rows[n][j]);
+          if (f.empty() && n < pt.mid.size()) f = check_result("forward", pt.mid[n][j]);
+          if (!f.empty())
+            return "trace_positions rows[" + std::to_string(n) + "], position " + std::to_string(pt.positions[j]) +
+                   ": " + f;
+        }
+    }
   } catch (const sigprop::domain_error&) {
   } catch (const sigprop::overflow_error&) {
   }
