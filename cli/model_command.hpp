@@ -2,6 +2,7 @@
 // and `sigprop init` (per-layer, per-weight standard deviations of a scheme).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
@@ -14,6 +15,7 @@
 #include "domain_warning.hpp"
 #include "output.hpp"
 #include "sigprop/models/measures.hpp"
+#include "sigprop/models/positions.hpp"
 #include "sigprop/models/schemes.hpp"
 
 namespace sigprop::cli {
@@ -191,8 +193,95 @@ inline void table_usage(std::ostream& out) {
          "Spike No More bounds on the attention and FFN Jacobian norms (Eq. 20, 15;\n"
          "docs/schemes.md). The text form ends with Admin's\n"
          "output-change estimate sum_i beta_ii^2 and the sensitivity (median over the\n"
-         "sublayers of N beta_ii^2 / (1 - beta_ii^2)).\n\n";
+         "sublayers of N beta_ii^2 / (1 - beta_ii^2)).\n\n"
+         "  --positions LIST (causal models: llama, gpt2) instead, each listed position's\n"
+         "         forward moments, one row per layer and position: whole numbers in\n"
+         "         [1, --seq] or 'last', comma separated (e.g. 1,16,last)\n\n";
   model_flags_usage(out);
+}
+
+/// --positions LIST for a causal model: whole numbers in [1, --seq] or
+/// `last`, comma separated; returned sorted, each once.
+inline std::vector<std::size_t> parse_positions(const Args& a, const ModelConfig& c) {
+  const std::string text = a.text("positions", "");
+  if (!c.causal)
+    throw usage_error("--positions = '" + text +
+                      "' applies to causal models only (--arch llama|gpt2): without the mask every position has "
+                      "the sequence average");
+  std::vector<std::size_t> positions;
+  for (const std::string& piece : split(text, ',')) {
+    double v = static_cast<double>(c.seq_len);
+    if (piece != "last") {
+      const char* problem = number_problem(piece, v);
+      if (!problem && !(v >= 1 && v <= static_cast<double>(c.seq_len) && std::floor(v) == v))
+        problem = "is outside the valid range";
+      if (problem)
+        throw usage_error("--positions = '" + text + "': '" + piece + "' " + problem +
+                          ": a whole number in [1, --seq = " + std::to_string(c.seq_len) + "] or 'last'");
+    }
+    positions.push_back(static_cast<std::size_t>(v));
+  }
+  std::sort(positions.begin(), positions.end());
+  positions.erase(std::unique(positions.begin(), positions.end()), positions.end());
+  return positions;
+}
+
+/// `sigprop table --positions`: each chosen position's forward moments
+/// (trace_positions, docs/decoders.md), one row per layer and position.
+inline int positions_table(const ModelSpec& spec, const ModelWeights& weights, std::vector<std::size_t> positions,
+                           std::ostream& out) {
+  const PositionTrace p = trace_positions(spec.config, weights, std::move(positions));
+  const char* columns[] = {"layer", "position", "var", "corr_len", "mean", "corr_dim", "mid_var", "mid_corr_len"};
+  const std::string none = spec.format == "csv" ? "" : "null";
+  const auto values = [&](std::size_t n, std::size_t j) {
+    const Moments<double>& m = p.rows[n][j];
+    std::vector<std::string> v = {std::to_string(n), std::to_string(p.positions[j]), exact(m.var),
+                                  exact(m.corr_len), exact(m.mean), exact(m.corr_dim)};
+    v.push_back(n == 0 ? none : exact(p.mid[n - 1][j].var));
+    v.push_back(n == 0 ? none : exact(p.mid[n - 1][j].corr_len));
+    return v;
+  };
+  if (spec.format == "text") {
+    out << "# " << describe(spec) << "; each position's forward moments (mid: after the attention sublayer)\n";
+    char line[160];
+    std::snprintf(line, sizeof line, "%6s  %9s  %12s  %9s  %12s  %12s\n", "layer", "position", "var", "corr_len",
+                  "mid_var", "mid_corr_len");
+    out << line;
+    for (std::size_t n = 0; n < p.rows.size(); ++n)
+      for (std::size_t j = 0; j < p.positions.size(); ++j) {
+        const Moments<double>& m = p.rows[n][j];
+        if (n == 0)
+          std::snprintf(line, sizeof line, "%6zu  %9zu  %12.6g  %9.6f  %12s  %12s\n", n, p.positions[j], m.var,
+                        m.corr_len, "", "");
+        else
+          std::snprintf(line, sizeof line, "%6zu  %9zu  %12.6g  %9.6f  %12.6g  %12.6f\n", n, p.positions[j], m.var,
+                        m.corr_len, p.mid[n - 1][j].var, p.mid[n - 1][j].corr_len);
+        out << line;
+      }
+    return 0;
+  }
+  if (spec.format == "csv") {
+    for (std::size_t i = 0; i < std::size(columns); ++i) out << (i ? "," : "") << columns[i];
+    out << "\n";
+  } else {
+    out << "[";
+  }
+  bool first = true;
+  for (std::size_t n = 0; n < p.rows.size(); ++n)
+    for (std::size_t j = 0; j < p.positions.size(); ++j) {
+      const auto v = values(n, j);
+      if (spec.format == "csv") {
+        for (std::size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
+        out << "\n";
+      } else {
+        out << (first ? "" : ",\n ") << "{";
+        for (std::size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << quoted(columns[i]) << ": " << v[i];
+        out << "}";
+      }
+      first = false;
+    }
+  if (spec.format == "json") out << "]\n";
+  return 0;
 }
 
 inline void init_usage(std::ostream& out) {
@@ -207,12 +296,17 @@ inline void init_usage(std::ostream& out) {
 }
 
 inline int table_command(const std::vector<std::string>& words, std::ostream& out, std::ostream& warn) {
-  const Args args(words, model_flags(), {"final-ln"});
+  std::set<std::string> flags = model_flags();
+  flags.insert("positions");
+  const Args args(words, flags, {"final-ln"});
   if (!args.positional().empty()) throw usage_error("table: unexpected argument '" + args.positional()[0] + "'");
   const ModelSpec spec = parse_model(args, {"text", "csv", "json"});
+  const std::vector<std::size_t> positions =
+      args.has("positions") ? parse_positions(args, spec.config) : std::vector<std::size_t>{};
   const ModelWeights weights = weights_of(spec);
   const Trace t = trace(spec.config, weights, spec.grad_top);
   warn_outside_domain(t, warn);
+  if (!positions.empty()) return positions_table(spec, weights, positions, out);
   const std::size_t N = spec.config.layers;
   if (spec.format == "text") {
     out << "# " << describe(spec) << "\n";

@@ -146,6 +146,51 @@ TEST_CASE("cli: table and init formats", "[cli][models]") {
   require_usage_error({"init", "--scheme", "dslm", "--layers", "1", "--beta2-k", "5"}, "beta", "5", "(0, 1]");
 }
 
+TEST_CASE("cli: table --positions prints trace_positions for causal models", "[cli][models]") {
+  // Positions sorted and each once; the numbers are the library's.
+  const std::vector<std::string> base = {"table", "--arch", "gpt2", "--layers", "2", "--d", "64", "--heads", "2",
+                                         "--seq", "32"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const Outcome csv = run(with({"--positions", "last,1,1", "--format", "csv"}));
+  REQUIRE(csv.status == 0);
+  CHECK(csv.err.empty());
+  sigprop::ModelConfig c;
+  c.layers = 2;
+  c.d = 64;
+  c.heads = 2;
+  c.seq_len = 32;
+  c = sigprop::with_architecture(c, "gpt2");
+  const sigprop::PositionTrace p =
+      sigprop::trace_positions(c, sigprop::initialize(c, sigprop::Scheme::xavier), {1, 32});
+  using sigprop::cli::exact;
+  std::string expected = "layer,position,var,corr_len,mean,corr_dim,mid_var,mid_corr_len\n";
+  for (std::size_t n = 0; n <= 2; ++n)
+    for (std::size_t j = 0; j < 2; ++j) {
+      const auto& m = p.rows[n][j];
+      expected += std::to_string(n) + "," + std::to_string(p.positions[j]) + "," + exact(m.var) + "," +
+                  exact(m.corr_len) + "," + exact(m.mean) + "," + exact(m.corr_dim) + "," +
+                  (n ? exact(p.mid[n - 1][j].var) + "," + exact(p.mid[n - 1][j].corr_len) : std::string(",")) + "\n";
+    }
+  CHECK(csv.out == expected);
+  const Outcome json = run(with({"--positions", "4", "--format", "json"}));
+  REQUIRE(json.status == 0);
+  CHECK(std::count(json.out.begin(), json.out.end(), '{') == 3);  // layers 0..2 at one position
+  CHECK(json.out.find("\"mid_var\": null") != std::string::npos);
+  const Outcome text = run(with({"--positions", "1,16"}));
+  REQUIRE(text.status == 0);
+  CHECK(std::count(text.out.begin(), text.out.end(), '\n') == 2 + 3 * 2);  // description, header, 3 layers x 2
+  require_usage_error({"table", "--positions", "1"}, "--positions", "1", "causal");
+  require_usage_error(with({"--positions", "0,3"}), "--positions", "'0'", "[1, --seq = 32]");
+  require_usage_error(with({"--positions", "33"}), "--positions", "'33'", "[1, --seq = 32]");
+  require_usage_error(with({"--positions", "1.5"}), "--positions", "'1.5'", "whole number");
+  require_usage_error(with({"--positions", "1,,2"}), "--positions", "''", "is not a number");
+  require_usage_error({"init", "--arch", "llama", "--positions", "1"}, "--positions", "unknown", "help");
+}
+
 TEST_CASE("cli: results outside the validated domain are flagged, not refused", "[cli][domain]") {
   // Q/K at 16x the Xavier variance: score variance ~40, softmax nearly one-hot.
   const std::vector<std::string> hot = {"table", "--layers", "3", "--d", "128", "--heads", "4",

@@ -853,6 +853,9 @@ std::vector<CliRow> cli_rows() {
     measured_var.insert(measured_var.end(), {"--input-var", "1"});
     r.push_back({measured_var, "input-corr-len", -1, 1, true, true});
   }
+  // --positions on a causal model: each listed position a whole number in [1, --seq].
+  r.push_back({{"table", "--arch", "gpt2", "--layers", "2", "--d", "16", "--heads", "2", "--seq", "8"}, "positions", 1,
+               8, true, true, true});
   const std::vector<std::string> sweep = {"sweep", "--d", "16", "--head-dim", "8", "--seq", "8", "--scheme", "xavier"};
   std::vector<std::string> sweep_shallow = sweep;
   sweep_shallow.insert(sweep_shallow.end(), {"--layers", "2"});

@@ -164,7 +164,9 @@ inline const std::vector<std::string>& cli_words() {
       // numbers that are edges of the flags' ranges, and malformed ones
       "0", "1", "-1", "2", "3", "4", "0.5", "-0.5", "1e-300", "1e308", "1e309", "nan", "inf", "-inf",
       "", "1x", " 1", "0x10", "1:4:1", "2:8:2", "1,2", "0.5,2", "0,0.1", "4:1:1", "1:2:0", "1e15",
-      "0.9999999999999999", "1.0000000000000002", "-0", "64", "768", "12", "5"};
+      "0.9999999999999999", "1.0000000000000002", "-0", "64", "768", "12", "5",
+      // table --positions (causal models)
+      "--positions", "last", "1,last", "3,1,1", "1,,2"};
   return words;
 }
 
