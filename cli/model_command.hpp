@@ -260,27 +260,10 @@ inline int positions_table(const ModelSpec& spec, const ModelWeights& weights, s
       }
     return 0;
   }
-  if (spec.format == "csv") {
-    for (std::size_t i = 0; i < std::size(columns); ++i) out << (i ? "," : "") << columns[i];
-    out << "\n";
-  } else {
-    out << "[";
-  }
-  bool first = true;
+  RecordWriter records(out, spec.format == "csv", {std::begin(columns), std::end(columns)});
   for (std::size_t n = 0; n < p.rows.size(); ++n)
-    for (std::size_t j = 0; j < p.positions.size(); ++j) {
-      const auto v = values(n, j);
-      if (spec.format == "csv") {
-        for (std::size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
-        out << "\n";
-      } else {
-        out << (first ? "" : ",\n ") << "{";
-        for (std::size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << quoted(columns[i]) << ": " << v[i];
-        out << "}";
-      }
-      first = false;
-    }
-  if (spec.format == "json") out << "]\n";
+    for (std::size_t j = 0; j < p.positions.size(); ++j) records.row(values(n, j));
+  records.finish();
   return 0;
 }
 
@@ -370,24 +353,9 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
     v.push_back(spikes.empty() ? none : exact(spikes[n - 1].ffn));
     return v;
   };
-  if (spec.format == "csv") {
-    for (std::size_t i = 0; i < std::size(columns); ++i) out << (i ? "," : "") << columns[i];
-    out << "\n";
-    for (std::size_t n = 0; n <= N; ++n) {
-      const auto v = values(n);
-      for (std::size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
-      out << "\n";
-    }
-  } else {
-    out << "[";
-    for (std::size_t n = 0; n <= N; ++n) {
-      const auto v = values(n);
-      out << (n ? ",\n " : "") << "{";
-      for (std::size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << quoted(columns[i]) << ": " << v[i];
-      out << "}";
-    }
-    out << "]\n";
-  }
+  RecordWriter records(out, spec.format == "csv", {std::begin(columns), std::end(columns)});
+  for (std::size_t n = 0; n <= N; ++n) records.row(values(n));
+  records.finish();
   return 0;
 }
 

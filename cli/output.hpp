@@ -2,7 +2,10 @@
 #pragma once
 
 #include <cstdio>
+#include <ostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sigprop/core/errors.hpp"
 
@@ -27,5 +30,43 @@ inline std::string quoted(const std::string& s) {
   }
   return out + "\"";
 }
+
+/// Rows of named, already formatted values: csv (a header line, then one
+/// line per row) or a json array of objects with the column names as keys.
+class RecordWriter {
+ public:
+  RecordWriter(std::ostream& out, bool csv, std::vector<std::string> columns)
+      : out_(out), csv_(csv), columns_(std::move(columns)) {
+    if (!csv_) {
+      out_ << "[";
+      return;
+    }
+    for (std::size_t i = 0; i < columns_.size(); ++i) out_ << (i ? "," : "") << columns_[i];
+    out_ << "\n";
+  }
+
+  void row(const std::vector<std::string>& values) {
+    if (csv_) {
+      for (std::size_t i = 0; i < values.size(); ++i) out_ << (i ? "," : "") << values[i];
+      out_ << "\n";
+    } else {
+      out_ << (rows_ ? ",\n " : "") << "{";
+      for (std::size_t i = 0; i < values.size(); ++i) out_ << (i ? ", " : "") << quoted(columns_[i]) << ": " << values[i];
+      out_ << "}";
+    }
+    ++rows_;
+  }
+
+  /// Closes the json array (nothing for csv).
+  void finish() {
+    if (!csv_) out_ << "]\n";
+  }
+
+ private:
+  std::ostream& out_;
+  bool csv_;
+  std::vector<std::string> columns_;
+  std::size_t rows_ = 0;
+};
 
 }  // namespace sigprop::cli

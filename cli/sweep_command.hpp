@@ -156,12 +156,7 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
                            "final_var", "final_corr_len", "var_min", "var_max", "grad_min", "grad_max",
                            "grad_ratio", "within_bounds", "outside_domain", "output_change", "sensitivity"};
   const bool csv = format == "csv";
-  if (csv) {
-    for (std::size_t i = 0; i < std::size(columns); ++i) out << (i ? "," : "") << columns[i];
-    out << "\n";
-  } else {
-    out << "[";
-  }
+  RecordWriter records(out, csv, {std::begin(columns), std::end(columns)});
   for (std::size_t i = 0; i < points.size(); ++i) {
     const SweepPoint& pt = points[i];
     const SweepSummary& s = results[i];
@@ -176,16 +171,9 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
         exact(s.var_min), exact(s.var_max), exact(s.grad_min), exact(s.grad_max), exact(s.grad_ratio),
         flag(s.within_bounds), flag(s.outside_domain), exact(s.output_change),
         csv || std::isfinite(s.sensitivity) ? exact(s.sensitivity) : "null"};  // +inf: a sublayer without skip
-    if (csv) {
-      for (std::size_t j = 0; j < v.size(); ++j) out << (j ? "," : "") << v[j];
-      out << "\n";
-    } else {
-      out << (i ? ",\n " : "") << "{";
-      for (std::size_t j = 0; j < v.size(); ++j) out << (j ? ", " : "") << quoted(columns[j]) << ": " << v[j];
-      out << "}";
-    }
+    records.row(v);
   }
-  if (!csv) out << "]\n";
+  records.finish();
   return 0;
 }
 
