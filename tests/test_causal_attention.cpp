@@ -4,6 +4,8 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "catch.hpp"
@@ -188,6 +190,104 @@ TEST_CASE("CausalAttention: per-position gradient variances against simulation",
               checked, 100 * worst, blind_misses);
   // The positions differ by factors of 10 and more: the average is no prediction.
   CHECK(blind_misses >= checked - 6);
+}
+
+TEST_CASE("CausalAttention: value-path gradient covariance between positions against simulation",
+          "[causal][montecarlo]") {
+  // value_pair_backward with an upstream covariance that is not one
+  // correlation for all pairs: variances piled up at the first positions
+  // (1 + 40 i^-1.5) and a correlation decaying with distance,
+  // 0.6 * 0.8^|i - m| + 0.05, as in the lower layers of a decoder
+  // (docs/decoders.md, "Positions"). Against the value path of real backprop
+  // with the mask: every diagonal entry at positions 1, 2, 4, ..., L and
+  // pairs from neighbours to far apart, within 4 standard errors of 3000
+  // trials (0.6-6 % here; about 30 values per point, so a correct formula
+  // fails with probability ~2e-3). One correlation for all pairs
+  // (position_backward's model, with the mean correlation) misses most.
+  const int L = 64;
+  const double d = 96, dk = 32;
+  Eigen::MatrixXd upstream(L, L);
+  for (int i = 0; i < L; ++i)
+    for (int m = 0; m < L; ++m) {
+      const double gi = 1 + 40 / std::pow(i + 1, 1.5), gm = 1 + 40 / std::pow(m + 1, 1.5);
+      upstream(i, m) = (i == m ? 1 : 0.6 * std::pow(0.8, std::abs(i - m)) + 0.05) * std::sqrt(gi * gm);
+    }
+  std::vector<double> grad_var(L);
+  double mean_corr = 0;
+  for (int i = 0; i < L; ++i) {
+    grad_var[static_cast<std::size_t>(i)] = upstream(i, i);
+    for (int m = 0; m < L; ++m)
+      if (m != i) mean_corr += upstream(i, m) / std::sqrt(upstream(i, i) * upstream(m, m)) / (L * (L - 1.0));
+  }
+  const std::pair<int, int> pairs[] = {{1, 1},  {2, 2},   {4, 4},   {8, 8},   {16, 16}, {32, 32}, {64, 64},
+                                       {1, 2},  {1, 4},   {2, 4},   {1, 16},  {8, 16},  {16, 32}, {32, 64},
+                                       {4, 60}, {2, 3},   {10, 11}, {40, 41}};
+  int checked = 0, uniform_misses = 0;
+  double worst_z = 0;
+  std::uint64_t seed = 310;
+  for (double p : {0.0, 0.1}) {
+    const CausalAttention<double> ca(d, dk, L, 1 / d, 1 / d, 2 / d, p, sigprop::AttentionGradient::value_path_only);
+    const Moments<double> in{0, 1, 0.2, 0};
+    const Eigen::MatrixXd predicted = ca.value_pair_backward(in, upstream);
+    mc::SimulationSetup setup;
+    setup.trials = 3000;
+    setup.seed = ++seed;
+    const auto sim = mc::simulate_value_pairs(ca, in, upstream, setup);
+    const auto uniform = ca.position_backward(in, grad_var, mean_corr);
+    std::printf("value pairs, p %.1f:", p);
+    for (const auto& [k, k2] : pairs) {
+      const double m = sim.mean(k - 1, k2 - 1), se = sim.std_error(k - 1, k2 - 1), v = predicted(k - 1, k2 - 1);
+      std::printf(" (%d,%d) %+.1f%%", k, k2, 100 * (v / m - 1));
+      INFO("p " << p << ", (" << k << ", " << k2 << "): " << v << " vs " << m << " +- " << se);
+      CHECK(std::abs(v - m) <= 4 * se);
+      worst_z = std::max(worst_z, std::abs(v - m) / se);
+      ++checked;
+      if (k == k2 && std::abs(uniform[static_cast<std::size_t>(k - 1)].var - m) > 4 * se) ++uniform_misses;
+    }
+    std::printf("\n");
+    CHECK(predicted.isApprox(predicted.transpose(), 1e-12));
+  }
+  std::printf("value-path pair covariances: %d entries, largest |z| %.2f; one correlation for all pairs misses %d "
+              "of the %d diagonal entries\n",
+              checked, worst_z, uniform_misses, 14);
+  CHECK(uniform_misses >= 8);
+}
+
+TEST_CASE("CausalAttention: value_pair_backward's diagonal is position_backward's value path", "[causal]") {
+  // For upstream(i, m) = r sqrt(g_i g_m) both sum the same weights.
+  const int L = 40;
+  for (double p : {0.0, 0.2}) {
+    const CausalAttention<double> ca(64, 16, L, 2.0 / 64, 1.0 / 64, 1.0 / 64, p, sigprop::AttentionGradient::value_path_only);
+    const Moments<double> in{0.3, 1.5, 0.4, 0};
+    std::vector<double> g(L);
+    for (int i = 0; i < L; ++i) g[static_cast<std::size_t>(i)] = 0.5 + 3.0 / (i + 1);
+    const double r = -0.01;
+    Eigen::MatrixXd upstream(L, L);
+    for (int i = 0; i < L; ++i)
+      for (int m = 0; m < L; ++m)
+        upstream(i, m) = (i == m ? 1 : r) * std::sqrt(g[static_cast<std::size_t>(i)] * g[static_cast<std::size_t>(m)]);
+    const Eigen::MatrixXd out = ca.value_pair_backward(in, upstream);
+    const auto pb = ca.position_backward(in, g, r);
+    for (int k = 0; k < L; ++k) CHECK(out(k, k) == Approx(pb[static_cast<std::size_t>(k)].var).epsilon(1e-12));
+  }
+  // Errors name the argument and the valid range.
+  const CausalAttention<double> ca(64, 16, 8, 1.0 / 64, 1.0 / 64, 1.0 / 64);
+  const Moments<double> in{0, 1, 0.2, 0};
+  const auto message = [&](const Eigen::MatrixXd& u) {
+    try {
+      (void)ca.value_pair_backward(in, u);
+    } catch (const sigprop::domain_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(message(Eigen::MatrixXd::Identity(7, 7)).find("upstream is 7 x 7, outside the valid range {seq_len x seq_len = 8 x 8}") != std::string::npos);
+  Eigen::MatrixXd bad = Eigen::MatrixXd::Identity(8, 8);
+  bad(2, 2) = -1;
+  CHECK(message(bad).find("upstream(i, i)") != std::string::npos);
+  bad(2, 2) = 1;
+  bad(3, 5) = std::numeric_limits<double>::quiet_NaN();
+  CHECK(message(bad).find("upstream(3, 5) = nan") != std::string::npos);
 }
 
 TEST_CASE("CausalAttention: the key-count grid reproduces the profile at every count", "[causal]") {

@@ -48,7 +48,10 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <string>
 #include <vector>
+
+#include <Eigen/Core>
 
 #include "sigprop/components/attention.hpp"
 #include "sigprop/core/memo.hpp"
@@ -220,6 +223,71 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
       out[n] = {full_.backward_with(in, a, s, {T(1), grad_corr}).var, corr};
     }
     return out;
+  }
+
+  /// The value path's input-gradient covariance between positions (scalar
+  /// T): entry (k - 1, k' - 1) for k, k' = 1..L, per input feature, for an
+  /// upstream gradient with covariance `upstream(i - 1, m - 1)` between the
+  /// outputs at positions i and m (per output unit; independent of the input,
+  /// any structure). With dX = dropout(P)^T g Wv^T and A = dropout(P),
+  ///   out(k, k') = d_k v_var sum_{i >= k, m >= k'} upstream(i, m) E[A_ik A_mk']
+  /// and, by exchangeability of a query's keys and sum_k P_ik = 1,
+  ///   E[A_ik^2] = S2_i / (i (1 - p)),      E[A_ik A_ik'] = (1 - S2_i) / (i (i - 1)),
+  ///   E[A_ik A_mk] = F_cov(i) / (i m),     E[A_ik A_mk'] = (1 - F_cov(i)/m) / (i (m - 1))
+  /// for i < m (the later query's weight on the shared keys as in the header's
+  /// X_im, the same approximation as position_backward, whose value path is
+  /// this matrix's diagonal for upstream(i, m) = r sqrt(g_i g_m)). The two
+  /// weights depend on (i, m) only, so the sums are two-dimensional suffix
+  /// sums: O(L^2). Validated like backward(); `upstream` must be L x L and
+  /// finite with a non-negative diagonal.
+  Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> value_pair_backward(
+      const Moments<T>& in, const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>& upstream) const {
+    static_assert(is_scalar_v<T>, "sigprop::CausalAttention: per-position results are for scalar T");
+    using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
+    require_moments(name, in);
+    const auto& f = profile(in);
+    const Eigen::Index L = static_cast<Eigen::Index>(f.sum_sq.size());
+    if (upstream.rows() != L || upstream.cols() != L)
+      throw domain_error(std::string(name) + ": upstream is " + std::to_string(upstream.rows()) + " x " +
+                         std::to_string(upstream.cols()) + ", outside the valid range {seq_len x seq_len = " +
+                         std::to_string(L) + " x " + std::to_string(L) + "}");
+    for (Eigen::Index i = 0; i < L; ++i) {
+      require_variance(name, "upstream(i, i)", upstream(i, i));
+      for (Eigen::Index m = 0; m < L; ++m)
+        if (!std::isfinite(upstream(i, m)))
+          throw domain_error(std::string(name) + ": upstream(" + std::to_string(i) + ", " + std::to_string(m) +
+                             ") = " + detail::format_number(double(upstream(i, m))) +
+                             " is outside the valid range (-inf, inf)");
+    }
+    const T keep = 1 - full_.p();
+    // same(i, m): weight of k = k'; other(i, m): weight of k != k' (positions i, m = index + 1).
+    Matrix same(L, L), other(L, L);
+    for (Eigen::Index a = 0; a < L; ++a)
+      for (Eigen::Index b = a; b < L; ++b) {
+        const T i = static_cast<T>(a + 1), m = static_cast<T>(b + 1);
+        if (a == b) {
+          same(a, a) = T(f.sum_sq[a]) / (i * keep);
+          other(a, a) = a == 0 ? T(0) : (1 - T(f.sum_sq[a])) / (i * (i - 1));
+        } else {
+          const T cross = T(f.cross[a]);
+          same(a, b) = same(b, a) = cross / (i * m);
+          other(a, b) = other(b, a) = (1 - cross / m) / (i * (m - 1));
+        }
+      }
+    // Suffix sums S(k, k') = sum_{i >= k, m >= k'} of the weighted upstream.
+    const auto suffix = [L](Matrix x) {
+      for (Eigen::Index a = L; a-- > 0;)
+        for (Eigen::Index b = L; b-- > 0;) {
+          if (a + 1 < L) x(a, b) += x(a + 1, b);
+          if (b + 1 < L) x(a, b) += x(a, b + 1);
+          if (a + 1 < L && b + 1 < L) x(a, b) -= x(a + 1, b + 1);
+        }
+      return x;
+    };
+    Matrix out = suffix(upstream.cwiseProduct(other));
+    const Matrix diagonal = suffix(upstream.cwiseProduct(same));
+    out.diagonal() = diagonal.diagonal();
+    return out * (full_.d_k() * full_.v_var());
   }
 
  private:

@@ -67,27 +67,45 @@ inline AttentionTrial attention_trial(const Eigen::MatrixXd& x, const Eigen::Mat
   return t;
 }
 
+/// One trial's random head: the input (L x d_in), the projections Wq, Wk, Wv
+/// (d_in x d_k) and the dropout mask (empty for p = 0), drawn from `rng` in
+/// that order. The layer's sizes are whole numbers (checked by the callers).
+struct HeadDraw {
+  Eigen::MatrixXd x, wq, wk, wv, mask;
+};
+
+inline HeadDraw draw_head(const Attention<double>& layer, const Moments<double>& in, Random& rng) {
+  const auto d_in = static_cast<Eigen::Index>(layer.d_in()), d_k = static_cast<Eigen::Index>(layer.d_k());
+  const auto seq_len = static_cast<Eigen::Index>(layer.seq_len());
+  HeadDraw h;
+  h.x = sample_activations(seq_len, d_in, in, rng);
+  h.wq = rng.normal_matrix(d_in, d_k, layer.q_var());
+  h.wk = rng.normal_matrix(d_in, d_k, layer.k_var());
+  h.wv = rng.normal_matrix(d_in, d_k, layer.v_var());
+  if (layer.p() > 0) h.mask = dropout_mask(seq_len, seq_len, layer.p(), rng);
+  return h;
+}
+
+/// attention_trial on a drawn head.
+inline AttentionTrial attention_trial(const HeadDraw& h, const Eigen::MatrixXd& g, bool causal = false) {
+  return attention_trial(h.x, h.wq, h.wk, h.wv, h.mask, g, causal);
+}
+
 inline AttentionSimulationResult simulate_paths(const Attention<double>& layer,
                                                 const Moments<double>& in,
                                                 const GradMoments<double>& grad,
                                                 const SimulationSetup& setup) {
   constexpr const char* fn = "sigprop::montecarlo::simulate(Attention)";
   require_setup(fn, setup);
-  const Eigen::Index d_in = to_size(fn, "d_in", layer.d_in());
+  to_size(fn, "d_in", layer.d_in());  // validates the sizes draw_head uses
   const Eigen::Index d_k = to_size(fn, "d_k", layer.d_k());
   const Eigen::Index seq_len = to_size(fn, "seq_len", layer.seq_len());
   Random rng(setup.seed);
   MomentAccumulator fwd, bwd, bwd_value, bwd_softmax;
-  const Eigen::MatrixXd no_mask;
   for (std::size_t trial = 0; trial < setup.trials; ++trial) {
-    const Eigen::MatrixXd x = sample_activations(seq_len, d_in, in, rng);
-    const Eigen::MatrixXd wq = rng.normal_matrix(d_in, d_k, layer.q_var());
-    const Eigen::MatrixXd wk = rng.normal_matrix(d_in, d_k, layer.k_var());
-    const Eigen::MatrixXd wv = rng.normal_matrix(d_in, d_k, layer.v_var());
-    const Eigen::MatrixXd mask =
-        layer.p() > 0 ? dropout_mask(seq_len, seq_len, layer.p(), rng) : no_mask;
+    const HeadDraw h = draw_head(layer, in, rng);
     const Eigen::MatrixXd g = sample_gradient(seq_len, d_k, grad, rng);
-    const AttentionTrial t = attention_trial(x, wq, wk, wv, mask, g);
+    const AttentionTrial t = attention_trial(h, g);
     fwd.add(t.out);
     bwd.add(t.grad_value_path + t.grad_softmax_path);
     bwd_value.add(t.grad_value_path);

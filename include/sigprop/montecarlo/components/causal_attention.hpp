@@ -4,9 +4,12 @@
 // path, and each position's output and input-gradient variance.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
+
+#include <Eigen/Cholesky>
 
 #include "sigprop/components/causal_attention.hpp"
 #include "sigprop/montecarlo/components/attention.hpp"
@@ -44,15 +47,10 @@ inline CausalAttentionSimulation simulate_positions(const CausalAttention<double
   Random rng(setup.seed);
   MomentAccumulator fwd, bwd;
   std::vector<std::vector<double>> out_sq(static_cast<std::size_t>(seq_len)), grad_sq(out_sq.size());
-  const Eigen::MatrixXd no_mask;
   for (std::size_t trial = 0; trial < setup.trials; ++trial) {
-    const Eigen::MatrixXd x = sample_activations(seq_len, d_in, in, rng);
-    const Eigen::MatrixXd wq = rng.normal_matrix(d_in, d_k, head.q_var());
-    const Eigen::MatrixXd wk = rng.normal_matrix(d_in, d_k, head.k_var());
-    const Eigen::MatrixXd wv = rng.normal_matrix(d_in, d_k, head.v_var());
-    const Eigen::MatrixXd mask = head.p() > 0 ? dropout_mask(seq_len, seq_len, head.p(), rng) : no_mask;
+    const HeadDraw h = draw_head(head, in, rng);
     const Eigen::MatrixXd g = grad_scale.asDiagonal() * sample_gradient(seq_len, d_k, {1, grad_corr}, rng);
-    const AttentionTrial t = attention_trial(x, wq, wk, wv, mask, g, true);
+    const AttentionTrial t = attention_trial(h, g, true);
     const Eigen::MatrixXd dx = t.grad_value_path + t.grad_softmax_path;
     fwd.add(t.out);
     bwd.add(dx);
@@ -66,6 +64,47 @@ inline CausalAttentionSimulation simulate_positions(const CausalAttention<double
     s.position_var.push_back(detail::mean_estimate(out_sq[i]));
     s.position_grad_var.push_back(detail::mean_estimate(grad_sq[i]));
   }
+  return s;
+}
+
+/// The value path's input-gradient covariance between positions, as
+/// CausalAttention::value_pair_backward predicts it: the upstream gradient
+/// (L x d_k) has covariance `upstream` between positions in every column
+/// (its Cholesky factor times standard normals), and each trial's
+/// dX_value dX_value^T / d_in estimates the matrix. Returns the trials' mean
+/// and its standard error, entry by entry.
+struct PairCovarianceSimulation {
+  Eigen::MatrixXd mean, std_error;
+};
+
+inline PairCovarianceSimulation simulate_value_pairs(const CausalAttention<double>& layer, const Moments<double>& in,
+                                                     const Eigen::MatrixXd& upstream, const SimulationSetup& setup) {
+  constexpr const char* fn = "sigprop::montecarlo::simulate_value_pairs";
+  require_setup(fn, setup);
+  require_moments(fn, in);
+  const Attention<double>& head = layer.full();
+  const Eigen::Index d_in = to_size(fn, "d_in", head.d_in());
+  const Eigen::Index d_k = to_size(fn, "d_k", head.d_k());
+  const Eigen::Index seq_len = to_size(fn, "seq_len", head.seq_len());
+  const Eigen::LLT<Eigen::MatrixXd> factor(upstream);
+  if (upstream.rows() != seq_len || upstream.cols() != seq_len || factor.info() != Eigen::Success)
+    throw domain_error(std::string(fn) + ": upstream must be a positive definite seq_len x seq_len matrix");
+  const Eigen::MatrixXd root = factor.matrixL();
+  Random rng(setup.seed);
+  Eigen::MatrixXd sum = Eigen::MatrixXd::Zero(seq_len, seq_len), sum_sq = sum;
+  for (std::size_t trial = 0; trial < setup.trials; ++trial) {
+    const HeadDraw h = draw_head(head, in, rng);
+    const Eigen::MatrixXd g = root * rng.normal_matrix(seq_len, d_k, 1.0);
+    const AttentionTrial t = attention_trial(h, g, true);
+    const Eigen::MatrixXd cov = t.grad_value_path * t.grad_value_path.transpose() / static_cast<double>(d_in);
+    sum += cov;
+    sum_sq += cov.cwiseProduct(cov);
+  }
+  const double n = static_cast<double>(setup.trials);
+  PairCovarianceSimulation s;
+  s.mean = sum / n;
+  const Eigen::MatrixXd spread = (sum_sq / n - s.mean.cwiseProduct(s.mean)).cwiseMax(0.0) * (n / std::max(n - 1, 1.0));
+  s.std_error = (spread / n).cwiseSqrt();
   return s;
 }
 
