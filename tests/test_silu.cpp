@@ -127,6 +127,32 @@ TEST_CASE("Silu: the Hermite expansion agrees with the nested quadrature where i
               worst_forward, worst_backward);
 }
 
+TEST_CASE("Silu: the expansion is not attempted where it cannot close", "[silu]") {
+  // corr() and grad_corr() skip the expansion for s >= 4.5, -12 <= mu/s <= 3.5
+  // (SiluQuadrature::expansion_hopeless). Attempted anyway, it must fail
+  // there on both checks (else the skip would lose a fast path), and it must
+  // still close just outside (s^2 = 16 at mu/s = -12, s = 4.5 at mu/s = 4),
+  // so that the region is not drawn wider than measured.
+  using Quadrature = sigprop::detail::SiluQuadrature<double>;
+  using Check = Quadrature::Expansion::Check;
+  int inside = 0;
+  for (double s : {4.5, 4.6, 5.0, 6.0, 8.0, 10.0, 30.0, 100.0, 1000.0})
+    for (double a = -12; a <= 3.5; a += 0.125) {
+      const Quadrature quad(a * s, s * s);
+      INFO("s = " << s << ", mu/s = " << a);
+      REQUIRE(quad.expansion_hopeless());
+      CHECK(!quad.attempt_expansion(Check::value, quad.var_per_var()));
+      CHECK(!quad.attempt_expansion(Check::derivative, quad.grad_second()));
+      ++inside;
+    }
+  CHECK(inside == 9 * 125);
+  const Quadrature below(-12 * 4.0, 16.0), above(4 * 4.5, 4.5 * 4.5);
+  CHECK(!below.expansion_hopeless());
+  CHECK(below.corr_by_expansion(below.var_per_var()));
+  CHECK(!above.expansion_hopeless());
+  CHECK(above.corr_by_expansion(above.var_per_var()));
+}
+
 TEST_CASE("Silu: the ReLU split agrees with the nested quadrature where it is used", "[silu]") {
   // Where the expansion does not close and s >= 3, mu/s >= -4, r <= 0.999,
   // the correlations come from SiLU = ReLU - h (ReLU's closed form plus
