@@ -251,43 +251,61 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
       throw domain_error(std::string(name) + ": upstream is " + std::to_string(upstream.rows()) + " x " +
                          std::to_string(upstream.cols()) + ", outside the valid range {seq_len x seq_len = " +
                          std::to_string(L) + " x " + std::to_string(L) + "}");
-    for (Eigen::Index i = 0; i < L; ++i) {
-      require_variance(name, "upstream(i, i)", upstream(i, i));
+    for (Eigen::Index i = 0; i < L; ++i) require_variance(name, "upstream(i, i)", upstream(i, i));
+    if (!upstream.allFinite())  // then find the first entry, column by column
       for (Eigen::Index m = 0; m < L; ++m)
-        if (!std::isfinite(upstream(i, m)))
-          throw domain_error(std::string(name) + ": upstream(" + std::to_string(i) + ", " + std::to_string(m) +
-                             ") = " + detail::format_number(double(upstream(i, m))) +
-                             " is outside the valid range (-inf, inf)");
-    }
+        for (Eigen::Index i = 0; i < L; ++i)
+          if (!std::isfinite(upstream(i, m)))
+            throw domain_error(std::string(name) + ": upstream(" + std::to_string(i) + ", " + std::to_string(m) +
+                               ") = " + detail::format_number(double(upstream(i, m))) +
+                               " is outside the valid range (-inf, inf)");
     const T keep = 1 - full_.p();
-    // same(i, m): weight of k = k'; other(i, m): weight of k != k' (positions i, m = index + 1).
-    Matrix same(L, L), other(L, L);
-    for (Eigen::Index a = 0; a < L; ++a)
-      for (Eigen::Index b = a; b < L; ++b) {
-        const T i = static_cast<T>(a + 1), m = static_cast<T>(b + 1);
-        if (a == b) {
-          same(a, a) = T(f.sum_sq[a]) / (i * keep);
-          other(a, a) = a == 0 ? T(0) : (1 - T(f.sum_sq[a])) / (i * (i - 1));
-        } else {
-          const T cross = T(f.cross[a]);
-          same(a, b) = same(b, a) = cross / (i * m);
-          other(a, b) = other(b, a) = (1 - cross / m) / (i * (m - 1));
-        }
-      }
-    // Suffix sums S(k, k') = sum_{i >= k, m >= k'} of the weighted upstream.
-    const auto suffix = [L](Matrix x) {
-      for (Eigen::Index a = L; a-- > 0;)
-        for (Eigen::Index b = L; b-- > 0;) {
-          if (a + 1 < L) x(a, b) += x(a + 1, b);
-          if (b + 1 < L) x(a, b) += x(a, b + 1);
-          if (a + 1 < L && b + 1 < L) x(a, b) -= x(a + 1, b + 1);
-        }
-      return x;
+    // The weights of k = k' (same) and of k != k' (other) for the queries at
+    // indices a < b (positions i = a + 1 < m = b + 1), symmetric in (a, b):
+    //   same = F_cov(i) / (i m),  other = 1/(i (m - 1)) - F_cov(i) / (i m (m - 1)),
+    // as products of per-index vectors; on the diagonal the S2_i forms.
+    using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
+    Array inv_i(L), cross_i(L), inv_m1(L), inv_mm1(L);  // 1/i, F_cov(i)/i, 1/(i - 1), 1/(i (i - 1))
+    for (Eigen::Index a = 0; a < L; ++a) {
+      const T i = static_cast<T>(a + 1);
+      inv_i(a) = 1 / i;
+      cross_i(a) = T(f.cross[a]) / i;
+      inv_m1(a) = a == 0 ? T(0) : 1 / (i - 1);
+      inv_mm1(a) = a == 0 ? T(0) : 1 / (i * (i - 1));
+    }
+    const auto same_diagonal = [&](Eigen::Index a) { return T(f.sum_sq[a]) / (static_cast<T>(a + 1) * keep); };
+    const auto other_diagonal = [&](Eigen::Index a) {
+      const T i = static_cast<T>(a + 1);
+      return a == 0 ? T(0) : (1 - T(f.sum_sq[a])) / (i * (i - 1));
     };
-    Matrix out = suffix(upstream.cwiseProduct(other));
-    const Matrix diagonal = suffix(upstream.cwiseProduct(same));
-    out.diagonal() = diagonal.diagonal();
-    return out * (full_.d_k() * full_.v_var());
+    // Off the diagonal: the suffix sums S(k, k') = sum_{i >= k, m >= k'} of
+    // upstream * other, down each column, then across the columns (both
+    // passes contiguous in Eigen's column-major storage).
+    Matrix out(L, L);
+    for (Eigen::Index b = 0; b < L; ++b) {
+      const Eigen::Index below = L - b - 1;
+      out.col(b).head(b).array() =
+          upstream.col(b).head(b).array() * (inv_i.head(b) * inv_m1(b) - cross_i.head(b) * inv_mm1(b));
+      out(b, b) = upstream(b, b) * other_diagonal(b);
+      out.col(b).tail(below).array() =
+          upstream.col(b).tail(below).array() * (inv_i(b) * inv_m1.tail(below) - cross_i(b) * inv_mm1.tail(below));
+    }
+    for (Eigen::Index b = 0; b < L; ++b)
+      for (Eigen::Index a = L - 1; a-- > 0;) out(a, b) += out(a + 1, b);
+    for (Eigen::Index b = L - 1; b-- > 0;) out.col(b) += out.col(b + 1);
+    // On it: S(k, k) of upstream * same = sum_{a >= k} t(a), t(a) the terms
+    // whose smaller index is a: (a, a), (a, b) and (b, a) for b > a.
+    Array t = Array::Zero(L);
+    for (Eigen::Index b = 0; b < L; ++b) {
+      const Eigen::Index below = L - b - 1;
+      t.head(b) += upstream.col(b).head(b).array() * cross_i.head(b) * inv_i(b);
+      t(b) += upstream(b, b) * same_diagonal(b) +
+              cross_i(b) * (upstream.col(b).tail(below).array() * inv_i.tail(below)).sum();
+    }
+    T diagonal = 0;
+    for (Eigen::Index k = L; k-- > 0;) out(k, k) = diagonal += t(k);
+    out *= full_.d_k() * full_.v_var();
+    return out;
   }
 
  private:

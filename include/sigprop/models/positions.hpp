@@ -29,6 +29,8 @@
 // position 1 by up to 60 %.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -46,6 +48,15 @@ namespace sigprop {
 struct PositionTrace {
   std::vector<std::size_t> positions;
   std::vector<std::vector<Moments<double>>> rows, mid;
+};
+
+/// Per position of a Pre-LN decoder stack: rows[n][j] the gradient moments
+/// at position positions[j] of row n (as Trace::rows[n].backward), mid[n][j]
+/// between the sublayers of layer n + 1 (Trace::mid[n].backward); see
+/// trace_position_gradients().
+struct PositionGradientTrace {
+  std::vector<std::size_t> positions;
+  std::vector<std::vector<GradMoments<double>>> rows, mid;
 };
 
 namespace detail {
@@ -91,6 +102,211 @@ PositionTrace trace_positions_with(const StackShape<double>& s, const std::vecto
   return p;
 }
 
+// The upstream gradient `g` with unit variance and correlation c (its other
+// fields kept: alignments, norm coupling).
+inline GradMoments<double> unit_gradient(GradMoments<double> g, double c) {
+  g.var = 1;
+  g.corr_len = c;
+  return g;
+}
+
+// One Pre-LN sublayer's branch backward (norm, then block) at the stream x.
+template <class Activation>
+GradMoments<double> branch_backward(const StackShape<double>& s, const LayerWeights& w, Sublayer which,
+                                    const Moments<double>& x, const GradMoments<double>& g) {
+  return on_sublayer<Activation>(s, w, which, [&](const auto& sub) {
+    const auto& res = residual_of<double>(sub);
+    return res.branch().backward(res.branch_input(x), g);
+  });
+}
+
+// Each position's own stream in a Pre-LN sublayer's branch: sqrt(r_i), r_i
+// the norm's backward gain at position i's stream (trace_positions: its
+// variance, mean and norm fluctuation; the sequence's other fields) over its
+// gain at the averaged stream, for the gradient the block sends it at the
+// averaged state. The block sees the same normalized input at every
+// position; the norm divides by each position's own scale (its 1/V_i).
+template <class Activation>
+Eigen::VectorXd position_roots(const StackShape<double>& s, const LayerWeights& w, Sublayer which,
+                               const std::vector<Moments<double>>& x, const Moments<double>& average,
+                               const GradMoments<double>& upstream) {
+  Eigen::VectorXd root(static_cast<Eigen::Index>(x.size()));
+  on_sublayer<Activation>(s, w, which, [&](const auto& sub) {
+    const auto& branch = residual_of<double>(sub).branch();  // serial(norm, block) in Pre-LN
+    const auto& norm = branch.template part<0>();
+    const GradMoments<double> to_norm =
+        branch.template part<1>().backward(norm.forward(average), unit_gradient(upstream, 0));
+    const double at_average = norm.backward(average, to_norm).var;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      Moments<double> own = average;
+      own.mean = x[i].mean;
+      own.var = x[i].var;
+      own.norm_var_ratio = x[i].norm_var_ratio;
+      root(static_cast<Eigen::Index>(i)) = std::sqrt(norm.backward(own, to_norm).var / at_average);
+    }
+    return 0;
+  });
+  return root;
+}
+
+// 1/sqrt(C_ii) (0 where C_ii = 0), for correlations from a covariance.
+inline Eigen::VectorXd inverse_roots(const Eigen::MatrixXd& C) {
+  return C.diagonal().unaryExpr([](double v) { return v > 0 ? 1 / std::sqrt(v) : 0.0; });
+}
+
+// One sublayer on the gradient's pairs: C <- skip^2 C + branch^2 diag(root) B diag(root)
+// for a position-wise branch (the FFN sublayer's) at the averaged stream,
+// B = k_off C off the diagonal and k_diag C_ii on it, k_diag and k_off from
+// the branch's backward for the upstream `upstream` at correlation 1/2 (the
+// backward is linear in it). In place.
+template <class Activation>
+void positionwise_pairs(const StackShape<double>& s, const LayerWeights& w, Sublayer which,
+                        const Moments<double>& average, const GradMoments<double>& upstream,
+                        const Eigen::VectorXd& root, Eigen::MatrixXd& C) {
+  constexpr double c = 0.5;
+  const GradMoments<double> gain = branch_backward<Activation>(s, w, which, average, unit_gradient(upstream, c));
+  const double skip2 = skip_of<double>(w, which) * skip_of<double>(w, which);
+  const double branch2 = branch_of<double>(w, which) * branch_of<double>(w, which);
+  const double k_off = branch2 * gain.var * gain.corr_len / c, k_diag = branch2 * gain.var;
+  for (Eigen::Index m = 0; m < C.cols(); ++m) {
+    C.col(m).array() *= skip2 + k_off * root(m) * root.array();
+    C(m, m) *= (skip2 + k_diag * root(m) * root(m)) / (skip2 + k_off * root(m) * root(m));
+  }
+}
+
+// The same for the attention sublayer: B is the head's value path between
+// every pair (value_pair_backward) and its softmax paths on the diagonal
+// (position_backward with all paths minus the value path, at the pairs'
+// mean correlation), for the block's dropout on the upstream (1/(1 - p) on
+// the diagonal), scaled to the branch's gain at the averaged state for
+// `upstream` (the heads, W_o and the norm are linear in the upstream
+// covariance; at a uniform covariance the pairs' diagonal is
+// position_backward's).
+template <class Activation>
+void attention_pairs(const StackShape<double>& s, const LayerWeights& w, const Moments<double>& x,
+                     const GradMoments<double>& upstream, const Eigen::VectorXd& root, Eigen::MatrixXd& C) {
+  const Eigen::Index L = C.rows();
+  with_block<Activation>(s, w, Sublayer::attention, [&](const auto& block) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(block)>, CausalAttentionBlock<double>>) {
+      const Moments<double> h = branch_io(s, w, Sublayer::attention, block, x, upstream).input;
+      const CausalAttention<double>& head = block.template part<0>().head();
+      const CausalAttention<double> value_path(s.d, s.d / s.heads, s.seq_len, w.q, w.k, w.v, s.dropout,
+                                               AttentionGradient::value_path_only);
+      const double keep = 1 - s.dropout;
+      constexpr double c = 0.5;
+      const std::vector<double> flat(static_cast<std::size_t>(L), 1 / keep);
+      double flat_diagonal = 0;
+      for (const auto& p : head.position_backward(h, flat, c * keep)) flat_diagonal += p.var / double(L);
+      const double gain =
+          branch_backward<Activation>(s, w, Sublayer::attention, x, unit_gradient(upstream, c)).var;
+      Eigen::MatrixXd in = C;
+      in.diagonal() /= keep;
+      Eigen::MatrixXd pairs = head.value_pair_backward(h, in);
+      if (s.attention_gradient != AttentionGradient::value_path_only) {
+        const Eigen::VectorXd inv = inverse_roots(in);
+        const double corr = std::clamp((inv.dot(in * inv) - double((inv.array() > 0).count())) /
+                                           double(L * (L - 1)), -1.0, 1.0);
+        std::vector<double> var(static_cast<std::size_t>(L));
+        for (Eigen::Index i = 0; i < L; ++i) var[static_cast<std::size_t>(i)] = in(i, i);
+        const auto all = head.position_backward(h, var, corr), value = value_path.position_backward(h, var, corr);
+        for (Eigen::Index i = 0; i < L; ++i)
+          pairs(i, i) += all[static_cast<std::size_t>(i)].var - value[static_cast<std::size_t>(i)].var;
+      }
+      const double skip2 = w.attn_skip * w.attn_skip, scale = w.attn_branch * w.attn_branch * gain / flat_diagonal;
+      for (Eigen::Index m = 0; m < L; ++m)
+        C.col(m) = skip2 * C.col(m) + (scale * root(m)) * root.cwiseProduct(pairs.col(m));
+    }
+    return 0;
+  });
+}
+
+// The listed positions' gradients: the variance from C, the mean
+// correlation with the other positions, the other fields the sequence's (g).
+inline std::vector<GradMoments<double>> position_grads(const Eigen::MatrixXd& C, const GradMoments<double>& g,
+                                                       const std::vector<std::size_t>& positions) {
+  const Eigen::Index L = C.rows();
+  const Eigen::VectorXd inv = inverse_roots(C);
+  std::vector<GradMoments<double>> out;
+  for (std::size_t p : positions) {
+    const Eigen::Index i = static_cast<Eigen::Index>(p) - 1;
+    GradMoments<double> r = g;
+    r.var = C(i, i);
+    // sum over m != i of C_im / sqrt(C_ii C_mm)
+    const double others = inv(i) * (C.col(i).dot(inv) - C(i, i) * inv(i));
+    r.corr_len = std::clamp(others / double(L - 1), -1.0, 1.0);
+    out.push_back(r);
+  }
+  return out;
+}
+
+template <class Activation>
+PositionGradientTrace trace_position_gradients_with(const StackShape<double>& s,
+                                                    const std::vector<LayerWeights>& layers, const Trace& averaged,
+                                                    const PositionTrace& forward,
+                                                    std::vector<std::size_t> positions) {
+  const std::size_t N = s.layers;
+  const Eigen::Index L = static_cast<Eigen::Index>(s.seq_len);
+  PositionGradientTrace out;
+  out.positions = std::move(positions);
+  out.rows.resize(N + 1);
+  out.mid.resize(N);
+  // The model output's gradient (uniform correlation), through the final
+  // norm at each position's stream.
+  const GradMoments<double>& top = averaged.output.backward;
+  Eigen::MatrixXd C = Eigen::MatrixXd::Constant(L, L, top.var * top.corr_len);
+  C.diagonal().setConstant(top.var);
+  if (s.final_layernorm) {
+    Eigen::VectorXd root(L);
+    with_norm(s, [&](const auto& norm) {
+      const double at_average = norm.backward(averaged.rows[N].forward, top).var;
+      for (Eigen::Index i = 0; i < L; ++i)
+        root(i) = std::sqrt(norm.backward(forward.rows[N][static_cast<std::size_t>(i)], top).var / at_average);
+      return 0;
+    });
+    C = averaged.rows[N].backward.var / top.var * (root.asDiagonal() * C * root.asDiagonal());
+  }
+  out.rows[N] = position_grads(C, averaged.rows[N].backward, out.positions);
+  for (std::size_t n = N; n-- > 0;) {
+    const LayerWeights& w = layers[n];
+    const Moments<double>& x_mid = averaged.mid[n].forward;
+    const GradMoments<double>& g_ffn = averaged.rows[n + 1].backward;
+    positionwise_pairs<Activation>(s, w, Sublayer::ffn, x_mid, g_ffn,
+                                   position_roots<Activation>(s, w, Sublayer::ffn, forward.mid[n], x_mid, g_ffn), C);
+    out.mid[n] = position_grads(C, averaged.mid[n].backward, out.positions);
+    const Moments<double>& x = averaged.rows[n].forward;
+    const GradMoments<double>& g_attention = averaged.mid[n].backward;
+    attention_pairs<Activation>(
+        s, w, x, g_attention, position_roots<Activation>(s, w, Sublayer::attention, forward.rows[n], x, g_attention),
+        C);
+    out.rows[n] = position_grads(C, averaged.rows[n].backward, out.positions);
+  }
+  return out;
+}
+
+// Positions to report: every one (empty), or increasing, each in [1, seq_len].
+inline std::vector<std::size_t> checked_positions(const char* fn, std::vector<std::size_t> positions,
+                                                  std::size_t seq_len) {
+  if (positions.empty()) {
+    positions.resize(seq_len);
+    for (std::size_t i = 0; i < positions.size(); ++i) positions[i] = i + 1;
+  }
+  for (std::size_t j = 0; j < positions.size(); ++j) {
+    const std::size_t low = j == 0 ? 1 : positions[j - 1] + 1;
+    if (positions[j] < low || positions[j] > seq_len)
+      throw domain_error(std::string(fn) + ": positions[" + std::to_string(j) + "] = " +
+                         std::to_string(positions[j]) + " is outside the valid range [" + std::to_string(low) +
+                         ", seq_len = " + std::to_string(seq_len) + "] (increasing positions 1..seq_len)");
+  }
+  return positions;
+}
+
+inline void require_causal(const char* fn, const ModelConfig& config) {
+  if (!config.causal)
+    throw domain_error(std::string(fn) +
+                       ": causal = false is outside the valid range {true} (without the mask every position has "
+                       "the sequence average of trace())");
+}
+
 }  // namespace detail
 
 /// Each position's forward moments through a decoder stack (config.causal;
@@ -103,22 +319,9 @@ PositionTrace trace_positions_with(const StackShape<double>& s, const std::vecto
 inline PositionTrace trace_positions(const ModelConfig& config, const ModelWeights& weights,
                                      std::vector<std::size_t> positions = {}) {
   constexpr const char* fn = "sigprop::trace_positions";
-  if (!config.causal)
-    throw domain_error(std::string(fn) +
-                       ": causal = false is outside the valid range {true} (without the mask every position has "
-                       "the sequence average of trace())");
+  detail::require_causal(fn, config);
   const Trace averaged = trace(config, weights);  // validates config and weights
-  if (positions.empty()) {
-    positions.resize(config.seq_len);
-    for (std::size_t i = 0; i < positions.size(); ++i) positions[i] = i + 1;
-  }
-  for (std::size_t j = 0; j < positions.size(); ++j) {
-    const std::size_t low = j == 0 ? 1 : positions[j - 1] + 1;
-    if (positions[j] < low || positions[j] > config.seq_len)
-      throw domain_error(std::string(fn) + ": positions[" + std::to_string(j) + "] = " +
-                         std::to_string(positions[j]) + " is outside the valid range [" + std::to_string(low) +
-                         ", seq_len = " + std::to_string(config.seq_len) + "] (increasing positions 1..seq_len)");
-  }
+  positions = detail::checked_positions(fn, std::move(positions), config.seq_len);
   const auto s = detail::shape_of(config);
   switch (s.activation) {
     case FfnActivation::relu:
@@ -128,6 +331,41 @@ inline PositionTrace trace_positions(const ModelConfig& config, const ModelWeigh
     case FfnActivation::silu: break;
   }
   return detail::trace_positions_with<Silu<double>>(s, weights.layers, averaged, std::move(positions));
+}
+
+/// Each position's gradient through a Pre-LN decoder stack (config.causal,
+/// arch pre-ln; the header comment has the method), for the gradient
+/// `grad_top` at the model output as in trace(): rows[n][j] at position
+/// positions[j] of row n (the gradient reaching the residual stream after
+/// layer n; n = N after the final norm), mid[n][j] between layer n + 1's
+/// sublayers. var is the position's gradient variance, corr_len the mean
+/// correlation of its gradient with the other positions'. Every position
+/// (empty `positions`) or the listed ones (increasing, in [1, seq_len]); the
+/// cost is the same, O(N L^2) (all positions' pairs are carried).
+inline PositionGradientTrace trace_position_gradients(const ModelConfig& config, const ModelWeights& weights,
+                                                      std::vector<std::size_t> positions = {},
+                                                      const GradMoments<double>& grad_top = {1, 0}) {
+  constexpr const char* fn = "sigprop::trace_position_gradients";
+  detail::require_causal(fn, config);
+  if (config.arch != Arch::pre_ln)
+    throw domain_error(std::string(fn) + ": arch = " + to_string(config.arch) +
+                       " is outside the valid range {pre-ln} (the per-position gradient is derived for Pre-LN "
+                       "stacks, docs/decoders.md)");
+  const Trace averaged = trace(config, weights, grad_top);  // validates config, weights and grad_top
+  positions = detail::checked_positions(fn, std::move(positions), config.seq_len);
+  const PositionTrace forward = trace_positions(config, weights);
+  const auto s = detail::shape_of(config);
+  switch (s.activation) {
+    case FfnActivation::relu:
+      return detail::trace_position_gradients_with<Relu<double>>(s, weights.layers, averaged, forward,
+                                                                 std::move(positions));
+    case FfnActivation::gelu:
+      return detail::trace_position_gradients_with<Gelu<double>>(s, weights.layers, averaged, forward,
+                                                                 std::move(positions));
+    case FfnActivation::silu: break;
+  }
+  return detail::trace_position_gradients_with<Silu<double>>(s, weights.layers, averaged, forward,
+                                                             std::move(positions));
 }
 
 }  // namespace sigprop

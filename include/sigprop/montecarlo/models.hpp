@@ -68,6 +68,12 @@ struct ModelSimulation {
   std::vector<std::vector<Estimate>> forward_by_position, backward_by_position;
   /// The same between the sublayers of layer n (forward_mid).
   std::vector<std::vector<Estimate>> forward_mid_by_position;
+  /// With SimulationSetup::position_pairs: per row, the L x L mean over the
+  /// trials of X X^T / d (entry (i - 1, m - 1): the mean over hidden units of
+  /// x_i x_m), of the activations (forward_pairs, rows 0..N; forward_mid_pairs
+  /// between the sublayers) and of the gradient (backward_pairs,
+  /// backward_mid_pairs). Empty otherwise.
+  std::vector<Eigen::MatrixXd> forward_pairs, forward_mid_pairs, backward_pairs, backward_mid_pairs;
 };
 
 namespace detail {
@@ -236,6 +242,12 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
     for (Eigen::Index i = 0; i < m.rows(); ++i)
       to[static_cast<std::size_t>(i)].push_back(m.row(i).squaredNorm() / static_cast<double>(m.cols()));
   };
+  const bool pairs = setup.position_pairs;
+  std::vector<Eigen::MatrixXd> fwd_pairs(pairs ? N + 1 : 0, Eigen::MatrixXd::Zero(L, L)), mid_pairs(pairs ? N : 0, Eigen::MatrixXd::Zero(L, L)),
+      bwd_pairs = fwd_pairs, bwd_mid_pairs = mid_pairs;
+  const auto add_pairs = [&](std::vector<Eigen::MatrixXd>& to, std::size_t row, const ops::Matrix& m) {
+    if (pairs) to[row].noalias() += m * m.transpose() / static_cast<double>(m.cols() * setup.trials);
+  };
   Random rng(setup.seed);
 
   for (std::size_t t = 0; t < setup.trials; ++t) {
@@ -249,6 +261,7 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
     fwd[0].add(x);
     norms[0].add(x);
     add_by_position(fwd_pos[0], x);
+    add_pairs(fwd_pairs, 0, x);
     for (std::size_t n = 0; n < N; ++n) {
       const LayerWeights& w = weights.layers[n];
       for (int sub = 0; sub < 2; ++sub) {
@@ -277,17 +290,20 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
           mid[n].add(x);
           norms_mid[n].add(x);
           add_by_position(mid_pos[n], x);
+          add_pairs(mid_pairs, n, x);
         }
       }
       fwd[n + 1].add(x);
       norms[n + 1].add(x);
       add_by_position(fwd_pos[n + 1], x);
+      add_pairs(fwd_pairs, n + 1, x);
     }
     // Final LayerNorm (Pre-LN option): the gradient is given at its output.
     ops::Matrix g = sample_gradient(L, d, grad_top, rng);
     if (pre && config.final_layernorm) g = detail::norm_backward(detail::norm_forward(config, x), g);
     bwd[N].add(g);
     add_by_position(bwd_pos[N], g);
+    add_pairs(bwd_pairs, N, g);
     for (std::size_t n = N; n-- > 0;) {
       const LayerWeights& w = weights.layers[n];
       detail::LayerGradNorms norms;
@@ -300,15 +316,23 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
                                   : detail::ffn_branch_backward(config, params[n], h, cache, scale * g, norms);
         if (pre) gh = detail::norm_backward(cache.pre_norm, gh);
         g = skip * g + gh;
-        if (sub == 1) bwd_mid[n].add(g);
+        if (sub == 1) {
+          bwd_mid[n].add(g);
+          add_pairs(bwd_mid_pairs, n, g);
+        }
       }
       bwd[n].add(g);
       add_by_position(bwd_pos[n], g);
+      add_pairs(bwd_pairs, n, g);
       const double values[6] = {norms.q, norms.k, norms.v, norms.o, norms.ffn1, norms.ffn2};
       for (std::size_t j = 0; j < 6; ++j) grad_norms[n][j].push_back(values[j]);
     }
   }
   ModelSimulation s;
+  s.forward_pairs = std::move(fwd_pairs);
+  s.forward_mid_pairs = std::move(mid_pairs);
+  s.backward_pairs = std::move(bwd_pairs);
+  s.backward_mid_pairs = std::move(bwd_mid_pairs);
   for (auto& a : fwd) s.forward.push_back(a.result());
   for (auto& a : bwd) s.backward.push_back(a.grad_result());
   for (auto& a : mid) s.forward_mid.push_back(a.result());

@@ -241,6 +241,9 @@ struct SimulationSetup {
   Eigen::Index width = 256;    ///< hidden width of the input for width-free components
   std::size_t trials = 16;     ///< independent trials (>= 2, for standard errors)
   std::uint64_t seed = 1;
+  /// simulate_model: also record each row's position pairs (ModelSimulation::
+  /// forward_pairs and the others; L x L per row, so off by default).
+  bool position_pairs = false;
 };
 
 /// A component's width as a simulation size: a positive integer.
