@@ -195,8 +195,9 @@ inline void table_usage(std::ostream& out) {
          "output-change estimate sum_i beta_ii^2 and the sensitivity (median over the\n"
          "sublayers of N beta_ii^2 / (1 - beta_ii^2)).\n\n"
          "  --positions LIST (causal models: llama, gpt2) instead, each listed position's\n"
-         "         forward moments, one row per layer and position: whole numbers in\n"
-         "         [1, --seq] or 'last', comma separated (e.g. 1,16,last)\n\n";
+         "         forward moments and gradient (up to --seq 4096), one row per layer and\n"
+         "         position: whole numbers in [1, --seq] or 'last', comma separated\n"
+         "         (e.g. 1,16,last)\n\n";
   model_flags_usage(out);
 }
 
@@ -227,11 +228,18 @@ inline std::vector<std::size_t> parse_positions(const Args& a, const ModelConfig
 }
 
 /// `sigprop table --positions`: each chosen position's forward moments
-/// (trace_positions, docs/decoders.md), one row per layer and position.
+/// (trace_positions) and, for Pre-LN models up to max_pair_positions tokens,
+/// its gradient (trace_position_gradients; docs/decoders.md), one row per
+/// layer and position.
 inline int positions_table(const ModelSpec& spec, const ModelWeights& weights, std::vector<std::size_t> positions,
                            std::ostream& out) {
+  const bool gradients = spec.config.arch == Arch::pre_ln && spec.config.seq_len <= max_pair_positions;
+  const PositionGradientTrace g =
+      gradients ? trace_position_gradients(spec.config, weights, positions, spec.grad_top) : PositionGradientTrace{};
   const PositionTrace p = trace_positions(spec.config, weights, std::move(positions));
-  const char* columns[] = {"layer", "position", "var", "corr_len", "mean", "corr_dim", "mid_var", "mid_corr_len"};
+  const char* columns[] = {"layer",        "position", "var",           "corr_len",   "mean",
+                           "corr_dim",     "mid_var",  "mid_corr_len",  "grad_var",   "grad_corr_len",
+                           "mid_grad_var"};
   const std::string none = spec.format == "csv" ? "" : "null";
   const auto values = [&](std::size_t n, std::size_t j) {
     const Moments<double>& m = p.rows[n][j];
@@ -239,23 +247,26 @@ inline int positions_table(const ModelSpec& spec, const ModelWeights& weights, s
                                   exact(m.corr_len), exact(m.mean), exact(m.corr_dim)};
     v.push_back(n == 0 ? none : exact(p.mid[n - 1][j].var));
     v.push_back(n == 0 ? none : exact(p.mid[n - 1][j].corr_len));
+    v.push_back(gradients ? exact(g.rows[n][j].var) : none);
+    v.push_back(gradients ? exact(g.rows[n][j].corr_len) : none);
+    v.push_back(gradients && n > 0 ? exact(g.mid[n - 1][j].var) : none);
     return v;
   };
   if (spec.format == "text") {
-    out << "# " << describe(spec) << "; each position's forward moments (mid: after the attention sublayer)\n";
-    char line[160];
-    std::snprintf(line, sizeof line, "%6s  %9s  %12s  %9s  %12s  %12s\n", "layer", "position", "var", "corr_len",
-                  "mid_var", "mid_corr_len");
+    out << "# " << describe(spec) << "; each position's moments (mid: after the attention sublayer"
+        << (gradients ? "" : "; no gradient: Pre-LN models up to 4096 tokens only") << ")\n";
+    char line[200];
+    std::snprintf(line, sizeof line, "%6s  %9s  %12s  %9s  %12s  %12s  %12s  %13s\n", "layer", "position", "var",
+                  "corr_len", "mid_var", "mid_corr_len", "grad_var", "grad_corr_len");
     out << line;
     for (std::size_t n = 0; n < p.rows.size(); ++n)
       for (std::size_t j = 0; j < p.positions.size(); ++j) {
         const Moments<double>& m = p.rows[n][j];
-        if (n == 0)
-          std::snprintf(line, sizeof line, "%6zu  %9zu  %12.6g  %9.6f  %12s  %12s\n", n, p.positions[j], m.var,
-                        m.corr_len, "", "");
-        else
-          std::snprintf(line, sizeof line, "%6zu  %9zu  %12.6g  %9.6f  %12.6g  %12.6f\n", n, p.positions[j], m.var,
-                        m.corr_len, p.mid[n - 1][j].var, p.mid[n - 1][j].corr_len);
+        char mid[64] = "", grad[64] = "";
+        if (n > 0) std::snprintf(mid, sizeof mid, "%12.6g  %12.6f", p.mid[n - 1][j].var, p.mid[n - 1][j].corr_len);
+        if (gradients) std::snprintf(grad, sizeof grad, "%12.6g  %13.6f", g.rows[n][j].var, g.rows[n][j].corr_len);
+        std::snprintf(line, sizeof line, "%6zu  %9zu  %12.6g  %9.6f  %26s  %27s\n", n, p.positions[j], m.var,
+                      m.corr_len, mid, grad);
         out << line;
       }
     return 0;

@@ -146,7 +146,7 @@ TEST_CASE("cli: table and init formats", "[cli][models]") {
   require_usage_error({"init", "--scheme", "dslm", "--layers", "1", "--beta2-k", "5"}, "beta", "5", "(0, 1]");
 }
 
-TEST_CASE("cli: table --positions prints trace_positions for causal models", "[cli][models]") {
+TEST_CASE("cli: table --positions prints trace_positions and trace_position_gradients for causal models", "[cli][models]") {
   // Positions sorted and each once; the numbers are the library's.
   const std::vector<std::string> base = {"table", "--arch", "gpt2", "--layers", "2", "--d", "64", "--heads", "2",
                                          "--seq", "32"};
@@ -164,18 +164,28 @@ TEST_CASE("cli: table --positions prints trace_positions for causal models", "[c
   c.heads = 2;
   c.seq_len = 32;
   c = sigprop::with_architecture(c, "gpt2");
-  const sigprop::PositionTrace p =
-      sigprop::trace_positions(c, sigprop::initialize(c, sigprop::Scheme::xavier), {1, 32});
+  const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier);
+  const sigprop::PositionTrace p = sigprop::trace_positions(c, w, {1, 32});
+  const sigprop::PositionGradientTrace g = sigprop::trace_position_gradients(c, w, {1, 32});
   using sigprop::cli::exact;
-  std::string expected = "layer,position,var,corr_len,mean,corr_dim,mid_var,mid_corr_len\n";
+  std::string expected =
+      "layer,position,var,corr_len,mean,corr_dim,mid_var,mid_corr_len,grad_var,grad_corr_len,mid_grad_var\n";
   for (std::size_t n = 0; n <= 2; ++n)
     for (std::size_t j = 0; j < 2; ++j) {
       const auto& m = p.rows[n][j];
       expected += std::to_string(n) + "," + std::to_string(p.positions[j]) + "," + exact(m.var) + "," +
                   exact(m.corr_len) + "," + exact(m.mean) + "," + exact(m.corr_dim) + "," +
-                  (n ? exact(p.mid[n - 1][j].var) + "," + exact(p.mid[n - 1][j].corr_len) : std::string(",")) + "\n";
+                  (n ? exact(p.mid[n - 1][j].var) + "," + exact(p.mid[n - 1][j].corr_len) : std::string(",")) + "," +
+                  exact(g.rows[n][j].var) + "," + exact(g.rows[n][j].corr_len) + "," +
+                  (n ? exact(g.mid[n - 1][j].var) : std::string()) + "\n";
     }
   CHECK(csv.out == expected);
+  // Beyond 4096 tokens the gradient's pairs are not carried: its columns are empty.
+  const Outcome long_csv = run({"table", "--arch", "gpt2", "--layers", "1", "--d", "64", "--heads", "2", "--seq",
+                                "5000", "--positions", "1", "--format", "csv"});
+  REQUIRE(long_csv.status == 0);
+  CHECK(long_csv.out.find("\n1,1,") != std::string::npos);
+  CHECK(long_csv.out.substr(long_csv.out.size() - 4) == ",,,\n");
   const Outcome json = run(with({"--positions", "4", "--format", "json"}));
   REQUIRE(json.status == 0);
   CHECK(std::count(json.out.begin(), json.out.end(), '{') == 3);  // layers 0..2 at one position
@@ -183,6 +193,7 @@ TEST_CASE("cli: table --positions prints trace_positions for causal models", "[c
   const Outcome text = run(with({"--positions", "1,16"}));
   REQUIRE(text.status == 0);
   CHECK(std::count(text.out.begin(), text.out.end(), '\n') == 2 + 3 * 2);  // description, header, 3 layers x 2
+  CHECK(text.out.find("grad_var") != std::string::npos);
   require_usage_error({"table", "--positions", "1"}, "--positions", "1", "causal");
   require_usage_error(with({"--positions", "0,3"}), "--positions", "'0'", "[1, --seq = 32]");
   require_usage_error(with({"--positions", "33"}), "--positions", "'33'", "[1, --seq = 32]");

@@ -87,4 +87,8 @@ TEST_CASE("fuzz: the oracles reject what they must", "[fuzz]") {
   CHECK(args == std::vector<std::string>{"component", "relu", "--var", "-1"});
   CHECK(sigprop::fuzz::cli_too_costly({"table", "--layers", "100000"}));
   CHECK(!sigprop::fuzz::cli_too_costly({"table", "--layers", "12"}));
+  // table --positions carries the gradient's pairs of positions: O(layers L^2).
+  CHECK(!sigprop::fuzz::cli_too_costly({"table", "--arch", "gpt2", "--positions", "1"}));
+  CHECK(sigprop::fuzz::cli_too_costly({"table", "--arch", "gpt2", "--seq", "1024", "--positions", "1"}));
+  CHECK(!sigprop::fuzz::cli_too_costly({"table", "--arch", "gpt2", "--seq", "1024"}));
 }

@@ -241,7 +241,8 @@ inline std::vector<double> numbers_in(const std::string& word) {
 /// causal attention walks position by position.
 inline bool cli_too_costly(const std::vector<std::string>& args) {
   const bool sweep = !args.empty() && args[0] == "sweep";
-  double points = 1, layers = sweep ? 48 : 12;  // the defaults
+  double points = 1, layers = sweep ? 48 : 12, seq = 256;  // the defaults
+  bool positions = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
     const auto eq = flag.find('=');
@@ -252,6 +253,7 @@ inline bool cli_too_costly(const std::vector<std::string>& args) {
       value = args[i + 1];
     }
     if (flag.rfind("--", 0) != 0) continue;
+    positions = positions || flag == "--positions";
     const std::vector<double> v = detail::numbers_in(value);
     double count = 1;
     for (char c : value) count += c == ',';
@@ -261,8 +263,11 @@ inline bool cli_too_costly(const std::vector<std::string>& args) {
     for (double x : v) {
       if (flag == "--layers") layers = std::max(layers, x);
       if (flag == "--seq" && x > 4096) return true;
+      if (flag == "--seq") seq = std::max(seq, x);
     }
   }
+  // table --positions carries the gradient's L x L pairs: O(layers L^2).
+  if (positions && seq > 512) return true;
   // Measured per layer (Release, `sigprop table/sweep ... --layers 192`):
   // ~0.02 ms for ReLU stacks (weight 1); ~0.16 ms with SiLU (llama), ~1.1 ms
   // in a one-point batched sweep; ~0.1 ms for causal GeLU (gpt2), ~0.6 ms in
@@ -460,6 +465,7 @@ inline AttentionGradient fuzzed_gradient(ByteReader& in) {
 inline constexpr double max_layers = 64;
 inline constexpr double max_causal_seq = 4096;
 inline constexpr std::size_t max_position_seq = 1024;  // trace_positions: O(seq_len) per position and layer
+inline constexpr std::size_t max_pair_seq = 128;       // trace_position_gradients: O(seq_len^2) per layer
 
 inline std::string check_model(ByteReader& in) {
   ModelConfig c;
@@ -516,6 +522,19 @@ inline std::string check_model(ByteReader& in) {
           if (!f.empty())
             return "trace_positions rows[" + std::to_string(n) + "], position " + std::to_string(pt.positions[j]) +
                    ": " + f;
+        }
+    }
+    // Each position's gradient (trace_position_gradients, O(N L^2)), decoded
+    // after the positions above for the same reason.
+    if (c.causal && c.arch == Arch::pre_ln && c.seq_len <= max_pair_seq && in.flag()) {
+      const PositionGradientTrace pg = trace_position_gradients(c, w, {1, c.seq_len}, grad_top);
+      for (std::size_t n = 0; n < pg.rows.size(); ++n)
+        for (std::size_t j = 0; j < pg.positions.size(); ++j) {
+          std::string f = check_result("backward", pg.rows[n][j]);
+          if (f.empty() && n < pg.mid.size()) f = check_result("backward", pg.mid[n][j]);
+          if (!f.empty())
+            return "trace_position_gradients rows[" + std::to_string(n) + "], position " +
+                   std::to_string(pg.positions[j]) + ": " + f;
         }
     }
   } catch (const sigprop::domain_error&) {

@@ -333,6 +333,10 @@ inline PositionTrace trace_positions(const ModelConfig& config, const ModelWeigh
   return detail::trace_positions_with<Silu<double>>(s, weights.layers, averaged, std::move(positions));
 }
 
+/// The longest sequence trace_position_gradients carries: its L x L pairs of
+/// positions take 128 MB each at 4096 (a few are held at once).
+inline constexpr std::size_t max_pair_positions = 4096;
+
 /// Each position's gradient through a Pre-LN decoder stack (config.causal,
 /// arch pre-ln; the header comment has the method), for the gradient
 /// `grad_top` at the model output as in trace(): rows[n][j] at position
@@ -341,7 +345,9 @@ inline PositionTrace trace_positions(const ModelConfig& config, const ModelWeigh
 /// sublayers. var is the position's gradient variance, corr_len the mean
 /// correlation of its gradient with the other positions'. Every position
 /// (empty `positions`) or the listed ones (increasing, in [1, seq_len]); the
-/// cost is the same, O(N L^2) (all positions' pairs are carried).
+/// cost is the same, O(N L^2) (all positions' pairs are carried): 0.2-1 s at
+/// 192 layers and L = 256, 13-19 s at L = 2048 (docs/decoders.md); seq_len at
+/// most max_pair_positions.
 inline PositionGradientTrace trace_position_gradients(const ModelConfig& config, const ModelWeights& weights,
                                                       std::vector<std::size_t> positions = {},
                                                       const GradMoments<double>& grad_top = {1, 0}) {
@@ -351,6 +357,10 @@ inline PositionGradientTrace trace_position_gradients(const ModelConfig& config,
     throw domain_error(std::string(fn) + ": arch = " + to_string(config.arch) +
                        " is outside the valid range {pre-ln} (the per-position gradient is derived for Pre-LN "
                        "stacks, docs/decoders.md)");
+  if (config.seq_len > max_pair_positions)
+    throw domain_error(std::string(fn) + ": seq_len = " + std::to_string(config.seq_len) +
+                       " is outside the valid range [2, " + std::to_string(max_pair_positions) +
+                       "] (the gradient's L x L pairs of positions)");
   const Trace averaged = trace(config, weights, grad_top);  // validates config, weights and grad_top
   positions = detail::checked_positions(fn, std::move(positions), config.seq_len);
   const PositionTrace forward = trace_positions(config, weights);
