@@ -279,6 +279,10 @@ TEST_CASE("decoders: trace_position_gradients' domain", "[decoders]") {
   post.arch = Arch::post_ln;
   CHECK_THROWS_WITH(trace_position_gradients(post, initialize(post, Scheme::xavier)),
                     Catch::Contains("sigprop::trace_position_gradients: arch = post-ln is outside the valid range {pre-ln}"));
+  ModelConfig long_sequence = c;
+  long_sequence.seq_len = max_pair_positions + 1;
+  CHECK_THROWS_WITH(trace_position_gradients(long_sequence, initialize(long_sequence, Scheme::xavier)),
+                    Catch::Contains("sigprop::trace_position_gradients: seq_len = 4097 is outside the valid range [2, 4096]"));
   ModelConfig encoder = c;
   encoder.causal = false;
   CHECK_THROWS_WITH(trace_position_gradients(encoder, w),
