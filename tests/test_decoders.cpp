@@ -12,6 +12,21 @@
 using namespace sigprop;
 namespace mc = sigprop::montecarlo;
 
+namespace {
+
+// A decoder model simulated with a unit, uncorrelated gradient at the top
+// (as trace's default), with each row's position pairs if asked.
+mc::ModelSimulation simulate(const ModelConfig& config, const ModelWeights& weights, std::size_t trials,
+                             std::uint64_t seed, bool position_pairs = false) {
+  mc::SimulationSetup setup;
+  setup.trials = trials;
+  setup.seed = seed;
+  setup.position_pairs = position_pairs;
+  return mc::simulate_model(config, weights, {1, 0}, setup);
+}
+
+}  // namespace
+
 TEST_CASE("decoders: the presets set what they name", "[decoders]") {
   ModelConfig c;
   c.d = 768;
@@ -107,10 +122,7 @@ TEST_CASE("decoders: per-position forward variances against whole-model simulati
     const auto [config, weights] = mc::case_model(k);
     const PositionTrace p = trace_positions(config, weights);
     const Trace t = trace(config, weights);
-    mc::SimulationSetup setup;
-    setup.trials = 32;
-    setup.seed = ++seed;
-    const auto s = mc::simulate_model(config, weights, {1, 0}, setup);
+    const auto s = simulate(config, weights, 32, ++seed);
     const std::size_t L = config.seq_len;
     REQUIRE(p.rows.size() == config.layers + 1);
     REQUIRE(p.mid.size() == config.layers);
@@ -199,11 +211,7 @@ TEST_CASE("decoders: per-position gradient variances against whole-model simulat
     const auto [config, weights] = mc::case_model(k);
     const PositionGradientTrace g = trace_position_gradients(config, weights);
     const Trace t = trace(config, weights);
-    mc::SimulationSetup setup;
-    setup.trials = 256;
-    setup.seed = ++seed;
-    setup.position_pairs = true;
-    const auto s = mc::simulate_model(config, weights, {1, 0}, setup);
+    const auto s = simulate(config, weights, 256, ++seed, true);
     const std::size_t N = config.layers, L = config.seq_len;
     REQUIRE(g.rows.size() == N + 1);
     REQUIRE(g.mid.size() == N);
