@@ -24,7 +24,7 @@
 // (docs/decoders.md).
 //
 // Measured against the whole-model simulation's per-position mean squares
-// (tests/test_decoders.cpp, docs/decoders.md): within a few percent at every
+// (tests/test_decoder_models.cpp, docs/decoders.md): within a few percent at every
 // position of the llama and gpt2 presets, where the sequence average misses
 // position 1 by up to 60 %.
 #pragma once
@@ -315,7 +315,7 @@ inline void require_causal(const char* fn, const ModelConfig& config) {
 /// stream does not depend on the others', so a few positions of a long
 /// sequence cost O(N) sublayer evaluations each, plus the heads' O(N L)
 /// profile). With every position, the average of rows[n] is
-/// trace(config, weights).rows[n].forward (tests/test_decoders.cpp).
+/// trace(config, weights).rows[n].forward (tests/test_decoder_models.cpp).
 inline PositionTrace trace_positions(const ModelConfig& config, const ModelWeights& weights,
                                      std::vector<std::size_t> positions = {}) {
   constexpr const char* fn = "sigprop::trace_positions";
