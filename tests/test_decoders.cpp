@@ -119,6 +119,11 @@ TEST_CASE("decoders: trace_position_gradients' domain", "[decoders]") {
                     Catch::Contains("sigprop::trace_position_gradients: positions[0] = 0 is outside the valid range [1, seq_len = 20]"));
   CHECK_THROWS_WITH(trace_position_gradients(c, w, {}, {-1, 0}),
                     Catch::Contains("sigprop::trace: grad_var = -1 is outside the valid range [0, inf)"));
+  // A uniform correlation below -1/(L - 1) is no covariance of L positions
+  // (found by fuzz_api: negative variances from grad_top.corr_len = -0.94).
+  CHECK_NOTHROW(trace_position_gradients(c, w, {}, {1, -1.0 / 19}));
+  CHECK_THROWS_WITH(trace_position_gradients(c, w, {}, {1, -0.06}),
+                    Catch::Contains("sigprop::trace_position_gradients: grad_top.corr_len = -0.06 is outside the valid range [-0.0526"));
   ModelConfig post = c;
   post.arch = Arch::post_ln;
   CHECK_THROWS_WITH(trace_position_gradients(post, initialize(post, Scheme::xavier)),

@@ -222,9 +222,24 @@ void attention_pairs(const StackShape<double>& s, const LayerWeights& w, const M
 
 // The listed positions' gradients: the variance from C, the mean
 // correlation with the other positions, the other fields the sequence's (g).
-inline std::vector<GradMoments<double>> position_grads(const Eigen::MatrixXd& C, const GradMoments<double>& g,
-                                                       const std::vector<std::size_t>& positions) {
+// C must stay a covariance: every variance finite and non-negative (a
+// rounding residue below 1e-12 of the largest is set to 0).
+inline std::vector<GradMoments<double>> position_grads(Eigen::MatrixXd& C, const GradMoments<double>& g,
+                                                       const std::vector<std::size_t>& positions, std::size_t row) {
   const Eigen::Index L = C.rows();
+  constexpr const char* fn = "sigprop::trace_position_gradients";
+  const double largest = C.diagonal().cwiseAbs().maxCoeff();
+  for (Eigen::Index i = 0; i < L; ++i) {
+    check_result(fn, "grad_var", C(i, i));
+    if (C(i, i) >= 0) continue;
+    if (C(i, i) >= -1e-12 * largest) {
+      C(i, i) = 0;
+      continue;
+    }
+    throw domain_error(std::string(fn) + ": the gradient's variance at position " + std::to_string(i + 1) +
+                       " of row " + std::to_string(row) + " = " + format_number(C(i, i)) +
+                       " is outside the valid range [0, inf) (the pairs of positions are no covariance there)");
+  }
   const Eigen::VectorXd inv = inverse_roots(C);
   std::vector<GradMoments<double>> out;
   for (std::size_t p : positions) {
@@ -265,20 +280,20 @@ PositionGradientTrace trace_position_gradients_with(const StackShape<double>& s,
     });
     C = averaged.rows[N].backward.var / top.var * (root.asDiagonal() * C * root.asDiagonal());
   }
-  out.rows[N] = position_grads(C, averaged.rows[N].backward, out.positions);
+  out.rows[N] = position_grads(C, averaged.rows[N].backward, out.positions, N);
   for (std::size_t n = N; n-- > 0;) {
     const LayerWeights& w = layers[n];
     const Moments<double>& x_mid = averaged.mid[n].forward;
     const GradMoments<double>& g_ffn = averaged.rows[n + 1].backward;
     positionwise_pairs<Activation>(s, w, Sublayer::ffn, x_mid, g_ffn,
                                    position_roots<Activation>(s, w, Sublayer::ffn, forward.mid[n], x_mid, g_ffn), C);
-    out.mid[n] = position_grads(C, averaged.mid[n].backward, out.positions);
+    out.mid[n] = position_grads(C, averaged.mid[n].backward, out.positions, n + 1);
     const Moments<double>& x = averaged.rows[n].forward;
     const GradMoments<double>& g_attention = averaged.mid[n].backward;
     attention_pairs<Activation>(
         s, w, x, g_attention, position_roots<Activation>(s, w, Sublayer::attention, forward.rows[n], x, g_attention),
         C);
-    out.rows[n] = position_grads(C, averaged.rows[n].backward, out.positions);
+    out.rows[n] = position_grads(C, averaged.rows[n].backward, out.positions, n);
   }
   return out;
 }
@@ -362,6 +377,13 @@ inline PositionGradientTrace trace_position_gradients(const ModelConfig& config,
                        " is outside the valid range [2, " + std::to_string(max_pair_positions) +
                        "] (the gradient's L x L pairs of positions)");
   const Trace averaged = trace(config, weights, grad_top);  // validates config, weights and grad_top
+  // One correlation between every pair of L positions is a covariance only
+  // down to -1/(L - 1) (its matrix has the eigenvalue 1 + (L - 1) r).
+  const double lowest = -1 / double(config.seq_len - 1);
+  if (!(grad_top.corr_len >= lowest))
+    throw domain_error(std::string(fn) + ": grad_top.corr_len = " + detail::format_number(grad_top.corr_len) +
+                       " is outside the valid range [" + detail::format_number(lowest) +
+                       ", 1] (-1/(seq_len - 1): below it no L positions' gradients have that correlation)");
   positions = detail::checked_positions(fn, std::move(positions), config.seq_len);
   const PositionTrace forward = trace_positions(config, weights);
   const auto s = detail::shape_of(config);
