@@ -225,7 +225,7 @@ void attention_pairs(const StackShape<double>& s, const LayerWeights& w, const M
 // C must stay a covariance: every variance finite and non-negative (a
 // rounding residue below 1e-12 of the largest is set to 0).
 inline std::vector<GradMoments<double>> position_grads(Eigen::MatrixXd& C, const GradMoments<double>& g,
-                                                       const std::vector<std::size_t>& positions, std::size_t row) {
+                                                       const std::vector<std::size_t>& positions, const std::string& where) {
   const Eigen::Index L = C.rows();
   constexpr const char* fn = "sigprop::trace_position_gradients";
   const double largest = C.diagonal().cwiseAbs().maxCoeff();
@@ -236,8 +236,8 @@ inline std::vector<GradMoments<double>> position_grads(Eigen::MatrixXd& C, const
       C(i, i) = 0;
       continue;
     }
-    throw domain_error(std::string(fn) + ": the gradient's variance at position " + std::to_string(i + 1) +
-                       " of row " + std::to_string(row) + " = " + format_number(C(i, i)) +
+    throw domain_error(std::string(fn) + ": the gradient's variance at position " + std::to_string(i + 1) + " " +
+                       where + " = " + format_number(C(i, i)) +
                        " is outside the valid range [0, inf) (the pairs of positions are no covariance there)");
   }
   const Eigen::VectorXd inv = inverse_roots(C);
@@ -280,20 +280,21 @@ PositionGradientTrace trace_position_gradients_with(const StackShape<double>& s,
     });
     C = averaged.rows[N].backward.var / top.var * (root.asDiagonal() * C * root.asDiagonal());
   }
-  out.rows[N] = position_grads(C, averaged.rows[N].backward, out.positions, N);
+  out.rows[N] = position_grads(C, averaged.rows[N].backward, out.positions, "of row " + std::to_string(N));
   for (std::size_t n = N; n-- > 0;) {
     const LayerWeights& w = layers[n];
     const Moments<double>& x_mid = averaged.mid[n].forward;
     const GradMoments<double>& g_ffn = averaged.rows[n + 1].backward;
     positionwise_pairs<Activation>(s, w, Sublayer::ffn, x_mid, g_ffn,
                                    position_roots<Activation>(s, w, Sublayer::ffn, forward.mid[n], x_mid, g_ffn), C);
-    out.mid[n] = position_grads(C, averaged.mid[n].backward, out.positions, n + 1);
+    out.mid[n] = position_grads(C, averaged.mid[n].backward, out.positions,
+                                "between the sublayers of layer " + std::to_string(n + 1));
     const Moments<double>& x = averaged.rows[n].forward;
     const GradMoments<double>& g_attention = averaged.mid[n].backward;
     attention_pairs<Activation>(
         s, w, x, g_attention, position_roots<Activation>(s, w, Sublayer::attention, forward.rows[n], x, g_attention),
         C);
-    out.rows[n] = position_grads(C, averaged.rows[n].backward, out.positions, n);
+    out.rows[n] = position_grads(C, averaged.rows[n].backward, out.positions, "of row " + std::to_string(n));
   }
   return out;
 }
