@@ -142,7 +142,8 @@ Eigen::VectorXd position_roots(const StackShape<double>& s, const LayerWeights& 
       own.mean = x[i].mean;
       own.var = x[i].var;
       own.norm_var_ratio = x[i].norm_var_ratio;
-      root(static_cast<Eigen::Index>(i)) = std::sqrt(norm.backward(own, to_norm).var / at_average);
+      // (a block that sends the norm no gradient leaves the positions alike)
+      root(static_cast<Eigen::Index>(i)) = std::sqrt(math::ratio_or(norm.backward(own, to_norm).var, at_average, 1.0));
     }
     return 0;
   });
@@ -168,10 +169,9 @@ void positionwise_pairs(const StackShape<double>& s, const LayerWeights& w, Subl
   const double skip2 = skip_of<double>(w, which) * skip_of<double>(w, which);
   const double branch2 = branch_of<double>(w, which) * branch_of<double>(w, which);
   const double k_off = branch2 * gain.var * gain.corr_len / c, k_diag = branch2 * gain.var;
-  for (Eigen::Index m = 0; m < C.cols(); ++m) {
-    C.col(m).array() *= skip2 + k_off * root(m) * root.array();
-    C(m, m) *= (skip2 + k_diag * root(m) * root(m)) / (skip2 + k_off * root(m) * root(m));
-  }
+  const Eigen::ArrayXd diagonal = C.diagonal().array() * (skip2 + k_diag * root.array().square());
+  for (Eigen::Index m = 0; m < C.cols(); ++m) C.col(m).array() *= skip2 + k_off * root(m) * root.array();
+  C.diagonal() = diagonal.matrix();
 }
 
 // The same for the attention sublayer: B is the head's value path between
@@ -212,7 +212,8 @@ void attention_pairs(const StackShape<double>& s, const LayerWeights& w, const M
         for (Eigen::Index i = 0; i < L; ++i)
           pairs(i, i) += all[static_cast<std::size_t>(i)].var - value[static_cast<std::size_t>(i)].var;
       }
-      const double skip2 = w.attn_skip * w.attn_skip, scale = w.attn_branch * w.attn_branch * gain / flat_diagonal;
+      const double skip2 = w.attn_skip * w.attn_skip,
+                   scale = w.attn_branch * w.attn_branch * math::ratio_or(gain, flat_diagonal, 0.0);
       for (Eigen::Index m = 0; m < L; ++m)
         C.col(m) = skip2 * C.col(m) + (scale * root(m)) * root.cwiseProduct(pairs.col(m));
     }
@@ -275,7 +276,8 @@ PositionGradientTrace trace_position_gradients_with(const StackShape<double>& s,
     with_norm(s, [&](const auto& norm) {
       const double at_average = norm.backward(averaged.rows[N].forward, top).var;
       for (Eigen::Index i = 0; i < L; ++i)
-        root(i) = std::sqrt(norm.backward(forward.rows[N][static_cast<std::size_t>(i)], top).var / at_average);
+        root(i) = std::sqrt(math::ratio_or(norm.backward(forward.rows[N][static_cast<std::size_t>(i)], top).var,
+                                           at_average, 1.0));
       return 0;
     });
     C = averaged.rows[N].backward.var / top.var * (root.asDiagonal() * C * root.asDiagonal());
