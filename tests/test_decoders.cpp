@@ -119,6 +119,22 @@ TEST_CASE("decoders: trace_position_gradients' domain", "[decoders]") {
                     Catch::Contains("sigprop::trace_position_gradients: positions[0] = 0 is outside the valid range [1, seq_len = 20]"));
   CHECK_THROWS_WITH(trace_position_gradients(c, w, {}, {-1, 0}),
                     Catch::Contains("sigprop::trace: grad_var = -1 is outside the valid range [0, inf)"));
+  // Blocks that send no gradient, sublayers without a skip: finite, not 0/0.
+  for (int variant = 0; variant < 3; ++variant) {
+    ModelWeights z = w;
+    for (LayerWeights& l : z.layers) {
+      if (variant == 0) l.v = 0;
+      if (variant == 1) l.o = 0;
+      if (variant == 2) l.q = l.k = l.attn_skip = l.ffn_skip = 0;
+    }
+    const PositionGradientTrace zg = trace_position_gradients(c, z);
+    for (const auto& row : zg.rows)
+      for (const GradMoments<double>& p : row) {
+        INFO("variant " << variant);
+        CHECK(std::isfinite(p.var));
+        CHECK(p.var >= 0);
+      }
+  }
   // A uniform correlation below -1/(L - 1) is no covariance of L positions
   // (found by fuzz_api: negative variances from grad_top.corr_len = -0.94).
   CHECK_NOTHROW(trace_position_gradients(c, w, {}, {1, -1.0 / 19}));
