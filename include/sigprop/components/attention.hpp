@@ -135,6 +135,7 @@
 #include <cstddef>
 #include <limits>
 
+#include "sigprop/components/detail/rotary.hpp"
 #include "sigprop/components/detail/softmax_concentration.hpp"
 #include "sigprop/components/linear.hpp"
 #include "sigprop/core/component.hpp"
@@ -161,6 +162,7 @@ struct AttentionTerms {
   T tilt_cross;    ///< C, the weighted average's tilt E[sum_{k!=l} P_ik P_il ...] per gamma^2
   T tilt_own;      ///< O, the weight of longer rows E[sum_k P_ik^2 |x_k|^2] - E[S2] d per gamma^2 d
   T shared_shift;  ///< (1 - nu) rho (2 - rho) gamma^2, the shared part that rows of fixed norm lose to the weighting
+  T rotary_keep;   ///< f_L, the share of rotary pairs that stay put over the L keys (1 without rotation)
 };
 
 /// The sums over the softmax weights that the closed forms use, per query i
@@ -191,6 +193,10 @@ struct SoftmaxSums {
   /// (detail/softmax_concentration.hpp, "Tilt factors").
   T tilt_cross;
   T tilt_own;
+  /// With rotary embeddings, f_n of the query's n keys (or its mean): the
+  /// share of the head's coordinate pairs that keep the tilt and the query
+  /// correlation (detail/rotary.hpp; 1 without rotation).
+  T rotary_keep;
 };
 
 /// Moments of the gradients at one head's projection outputs (Attention::projection_grads).
@@ -219,11 +225,12 @@ class Attention : public Component<Attention<T>, T> {
 
   /// Widths d_in, d_k, sequence length seq_len (>= 2), the per-entry
   /// variances of Wq, Wk, Wv, the dropout probability p on the attention
-  /// probabilities, and the gradient paths backward() includes.
+  /// probabilities, the gradient paths backward() includes, and rotary
+  /// position embeddings on the queries and keys (none by default).
   Attention(T d_in, T d_k, T seq_len, T q_var, T k_var, T v_var, T p = 0,
-            AttentionGradient gradient = AttentionGradient::all_paths)
+            AttentionGradient gradient = AttentionGradient::all_paths, RotaryEmbedding rotary = {})
       : d_in_(d_in), d_k_(d_k), seq_len_(seq_len), q_var_(q_var), k_var_(k_var), v_var_(v_var),
-        p_(p), gradient_(gradient) {
+        p_(p), gradient_(gradient), rotary_(rotary) {
     require_width(name, "d_in", d_in_);
     require_width(name, "d_k", d_k_);
     require_width(name, "seq_len", seq_len_, 2);
@@ -231,6 +238,7 @@ class Attention : public Component<Attention<T>, T> {
     require_variance(name, "k_var", k_var_);
     require_variance(name, "v_var", v_var_);
     require_probability(name, "p", p_);
+    detail::require_rotary(name, rotary_, d_k_);
   }
 
   const T& d_in() const { return d_in_; }
@@ -241,6 +249,7 @@ class Attention : public Component<Attention<T>, T> {
   const T& v_var() const { return v_var_; }
   const T& p() const { return p_; }
   AttentionGradient gradient() const { return gradient_; }
+  const RotaryEmbedding& rotary() const { return rotary_; }
 
   /// The intermediate moments for input `in` (validated like forward()).
   AttentionTerms<T> terms(const Moments<T>& in) const {
@@ -282,7 +291,7 @@ class Attention : public Component<Attention<T>, T> {
   T linear_share_with(const Moments<T>& in, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
                       const Moments<T>& out) const {
     const T key_sampling = d_in_ * q_var_ * k_var_ * a.second * a.pos_var * a.pos_var * (d_in_ + 1) / seq_len_;
-    const T tilt = d_in_ * v_var_ * (1 - a.corr_queries) * (a.tilt_var + key_sampling) * s.shrink_sq;
+    const T tilt = d_in_ * v_var_ * (1 - a.corr_queries) * (a.tilt_var * s.rotary_keep + key_sampling) * s.shrink_sq;
     const T share = math::ratio_or(tilt, T(out.var * (1 - out.corr_len)), 0);
     return linear_share_of(in) * math::min_of(math::clamp_nonnegative(share), T(0 * share + 1));
   }
@@ -344,8 +353,9 @@ class Attention : public Component<Attention<T>, T> {
     const T& L = seq_len_;
     const T sum_sq = a.weight_sq / L, shrink = 1 - sum_sq, jacobian = a.weight_jacobian / L;
     const T pair_cross = a.weight_cross / L;
-    return {sum_sq,     shrink * shrink,      jacobian,   sum_sq,       jacobian,  (L - 1) * pair_cross,
-            shrink * shrink, pair_cross, (L - 1) * pair_cross, pair_cross, a.tilt_cross, a.tilt_own};
+    return {sum_sq,          shrink * shrink, jacobian,   sum_sq,       jacobian,      (L - 1) * pair_cross,
+            shrink * shrink, pair_cross,      (L - 1) * pair_cross, pair_cross, a.tilt_cross, a.tilt_own,
+            a.rotary_keep};
   }
 
   /// The output moments for the intermediate moments `a` and softmax sums
@@ -355,8 +365,9 @@ class Attention : public Component<Attention<T>, T> {
   /// with gamma_ij (1 - F_var/L) = gamma_ij shrink_i.
   Moments<T> forward_with(const AttentionTerms<T>& a, const SoftmaxSums<T>& s) const {
     const T second = weighted_second(a, s);
-    const T cov = a.common - a.shared_shift * s.shrink_cross + a.corr_queries * a.tilt_var * s.shrink_cross +
-                  s.pair_cross * (a.pos_var + a.corr_queries * a.tilt_var);
+    const T tilt_cross_queries = a.corr_queries * a.tilt_var * s.rotary_keep;  // rotary: the pairs that stay put
+    const T cov = a.common - a.shared_shift * s.shrink_cross + tilt_cross_queries * s.shrink_cross +
+                  s.pair_cross * (a.pos_var + tilt_cross_queries);
     Moments<T> out;
     out.mean = 0 * second;
     out.var = d_in_ * v_var_ * second;
@@ -557,11 +568,19 @@ class Attention : public Component<Attention<T>, T> {
                                      2 * a.pos_var * a.common * a.common) * t * (1 + (d_in_ + 1) / d_k_);
     const T r_g = feasible_corr(g.corr_len);
     const T coherent = a.pos_cov_sq / d_in_;
-    const PathMoments query{base * k_var_ * (s.jacobian * a.pos_var * values + s.shrink_sq * coherent),
-                            base * k_var_ * r_g * (s.pair_cross_centred * a.pos_var * a.pos_var + s.shrink_cross * coherent)};
+    // Rotary embeddings (detail/rotary.hpp): in the share 1 - f of the pairs
+    // that turn over the keys, sum_k dS_ik = 0 no longer removes the keys'
+    // shared part from dQ_i (it joins their position-specific variance), and
+    // the coherent parts, which need the same direction at every key or in
+    // every query, are left in the share f that stays put.
+    const T& keep = s.rotary_keep;
+    const T keys = a.pos_var + a.common * (1 - keep);
+    const PathMoments query{base * k_var_ * (s.jacobian * keys * values + s.shrink_sq * coherent * keep),
+                            base * k_var_ * r_g * keep *
+                                (s.pair_cross_centred * a.pos_var * a.pos_var + s.shrink_cross * coherent)};
     const T key_var =
         s.key_jacobian * (a.pos_var * a.second + p_ * (a.common * a.pos_var + shared4)) / (1 - p_) +
-        r_g * s.key_pairs_centred * a.pos_var * common_eff;
+        r_g * s.key_pairs_centred * a.pos_var * common_eff * keep;
     // A negative r_g makes the coherent key term negative; the variance it
     // belongs to cannot be (only reachable far outside the validated domain).
     const T key_var_bounded = base * q_var_ * math::clamp_nonnegative(key_var);
@@ -583,7 +602,8 @@ class Attention : public Component<Attention<T>, T> {
   // dropout multiplies the own terms' second moment by 1/(1 - p).
   T weighted_second(const AttentionTerms<T>& a, const SoftmaxSums<T>& s) const {
     const T own_tilt = a.pos_norm_var * a.tilt_var * s.tilt_own;
-    return a.common - a.shared_shift * s.shrink_sq + a.tilt_var * s.tilt_cross + s.sum_sq * a.pos_var + own_tilt +
+    return a.common - a.shared_shift * s.shrink_sq + a.tilt_var * s.rotary_keep * s.tilt_cross +
+           s.sum_sq * a.pos_var + own_tilt +
            p_ / (1 - p_) * (s.sum_sq * a.second + own_tilt);
   }
 
@@ -603,8 +623,8 @@ class Attention : public Component<Attention<T>, T> {
   // replay of the forward pass): memoized per thread (core/memo.hpp).
   AttentionTerms<T> terms_of(const Moments<T>& in) const {
     return detail::memoized<Attention>(
-        std::array<T, 13>{d_in_, d_k_, seq_len_, q_var_, k_var_, v_var_, p_, in.mean, in.var, in.corr_len,
-                          in.corr_dim, norm_var_ratio_of(in), hidden_spread_of(in)},
+        std::array<T, 14>{d_in_, d_k_, seq_len_, q_var_, k_var_, v_var_, p_, in.mean, in.var, in.corr_len,
+                          in.corr_dim, norm_var_ratio_of(in), hidden_spread_of(in), T(0 * d_k_ + rotary_.base)},
         [&] { return compute_terms(in); });
   }
 
@@ -619,7 +639,13 @@ class Attention : public Component<Attention<T>, T> {
     a.pos_var = (1 - in.corr_len) * in.var;
     a.common = in.corr_len * in.var + in.mean * in.mean;
     a.corr_queries = math::ratio_or(a.common, a.second, 1);
-    a.score_var = a.pos_var * d_in_ * t * a.second;
+    // Rotary embeddings (detail/rotary.hpp): in the share 1 - f_L of the
+    // coordinate pairs that turn over the keys, the keys' shared part adds a
+    // term to the scores that varies from key to key like a position-specific
+    // one, d_in t m2 common (1 - f_L).
+    a.rotary_keep = detail::rotary_keep(rotary_, L, d_k_);
+    const T pos_score = a.pos_var * d_in_ * t * a.second;
+    a.score_var = pos_score + a.common * (1 - a.rotary_keep) * d_in_ * t * a.second;
     // Covariance of two hidden units within the position-specific part. A
     // positive corr_dim is the per-position offset of the paper's inputs
     // (appendix E: one value added to every unit of a position, all of it
@@ -692,12 +718,16 @@ class Attention : public Component<Attention<T>, T> {
     const T kappa = slope * slope + curvature;
     const T jensen_var = exp(a.score_var + kappa * a.width_term);
     require_finite_exp(jensen_var, a.score_var + kappa * a.width_term);
-    const T cross = a.corr_queries * a.score_var;
+    // Two queries' scores of one key correlate through their shared part
+    // (rho), with rotary embeddings only in the pairs that stay put (f_L);
+    // score_corr is that correlation of the whole scores.
+    const T cross = a.corr_queries * a.rotary_keep * pos_score;
+    const T score_corr = rotary_.enabled() ? math::ratio_or(cross, a.score_var, 0) : a.corr_queries;
     // Two queries: their norms fluctuate with correlation rho^2 and the keys'
     // with both, so the curvature enters with weight rho^2 (kappa at rho = 1,
     // where F_cov = F_var; the pair curvature V below at rho = 0, where only
     // the shared keys couple them).
-    const T rho2 = a.corr_queries * a.corr_queries;
+    const T rho2 = score_corr * score_corr;
     // Two queries: 1/H - 1 = (1/G - 1)(e^{rho sigma^2} - 1)/(e^{sigma^2} - 1),
     // the ratio of the delta method's two corrections (exact at rho = 0 and
     // rho = 1). At sigma^2 = 0, G = 1 and the share does not enter.
@@ -709,7 +739,7 @@ class Attention : public Component<Attention<T>, T> {
     // kurtosis factor, so that rho = 1 gives F_var again.
     // (bounded to [-1, 1] at rho = 1 like the factors of G and J).
     const T pair_limit = clamp_abs(T(kurtosis * s4 * 7 / 12), bound);
-    const T pair_kurtosis = pair_limit * (2 * (1 + a.corr_queries) * (1 + a.corr_queries) - 1) / 7;
+    const T pair_kurtosis = pair_limit * (2 * (1 + score_corr) * (1 + score_corr) - 1) / 7;
     const T pair_concentration = plain_concentration * exp(g_exponent - pair_limit);
     // The score covariance eps = w_i . w_m pos_var fluctuates (variance
     // (1 + rho^2) c sigma^4) around rho sigma^2, and F_cov given eps is
@@ -771,6 +801,7 @@ class Attention : public Component<Attention<T>, T> {
 
   T d_in_, d_k_, seq_len_, q_var_, k_var_, v_var_, p_;
   AttentionGradient gradient_;
+  RotaryEmbedding rotary_;
 };
 
 }  // namespace sigprop

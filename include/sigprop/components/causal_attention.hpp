@@ -70,6 +70,8 @@ struct CausalProfile {
   std::vector<Real> pairs, pairs_centred;
   /// The tilt factors C and O of the query with n keys (0 at n = 1).
   std::vector<Real> tilt_cross, tilt_own;
+  /// f_n, the share of rotary pairs that stay put over its n keys (1 without rotation).
+  std::vector<Real> rotary_keep;
 };
 
 }  // namespace detail
@@ -83,9 +85,10 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
   static constexpr bool exact_forms = false;
 
   /// As Attention, with `seq_len` an integer >= 2 (the positions 1..L).
+  /// With rotary embeddings, query i's keys 1..i turn by the angles (k - i) theta_j.
   CausalAttention(T d_in, T d_k, T seq_len, T q_var, T k_var, T v_var, T p = 0,
-                  AttentionGradient gradient = AttentionGradient::all_paths)
-      : full_(checked_head(d_in, d_k, seq_len, q_var, k_var, v_var, p, gradient)) {}
+                  AttentionGradient gradient = AttentionGradient::all_paths, RotaryEmbedding rotary = {})
+      : full_(checked_head(d_in, d_k, seq_len, q_var, k_var, v_var, p, gradient, rotary)) {}
 
   /// The same head without the mask (every query attends to all L keys).
   const Attention<T>& full() const { return full_; }
@@ -331,13 +334,14 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     s.jacobian = f.jacobian[n];
     s.tilt_cross = f.tilt_cross[n];
     s.tilt_own = f.tilt_own[n];
+    s.rotary_keep = f.rotary_keep[n];
     return s;
   }
 
   // The sequence averages of the header, lane by lane.
   SoftmaxSums<T> averages(const Moments<T>& in) const {
     return detail::memoized<CausalAttention>(key_of(in), [&] {
-      SoftmaxSums<T> s{in.var, in.var, in.var, in.var, in.var, in.var,
+      SoftmaxSums<T> s{in.var, in.var, in.var, in.var, in.var, in.var, in.var,
                        in.var, in.var, in.var, in.var, in.var, in.var};
       const T nu = norm_var_ratio_of(in), spread = hidden_spread_of(in);
       for (std::size_t lane_index = 0; lane_index < lane_count(in.var); ++lane_index) {
@@ -346,7 +350,7 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
                                   in.corr_dim, nu, spread)) {
           for (T* x : {&s.sum_sq, &s.shrink_sq, &s.jacobian, &s.key_sq, &s.key_jacobian, &s.key_pairs,
                        &s.shrink_cross, &s.pair_cross, &s.pair_cross_centred, &s.key_pairs_centred, &s.tilt_cross,
-                       &s.tilt_own})
+                       &s.tilt_own, &s.rotary_keep})
             set_lane(*x, lane_index, lane(*x, lane_index - 1));
           continue;
         }
@@ -354,11 +358,12 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
         const std::size_t L = f.sum_sq.size();
         const Real len = static_cast<Real>(L), pairs = len * (len - 1);
         Real sum_sq = 0, shrink_sq = 0, shrink = 0, jacobian = 0, cross = 0, cross_centred = 0;
-        Real tilt_cross = 0, tilt_own = 0;
+        Real tilt_cross = 0, tilt_own = 0, keep = 0;
         for (std::size_t n = L; n-- > 0;) {
           const Real r = 1 - f.sum_sq[n];
           tilt_cross += f.tilt_cross[n];
           tilt_own += f.tilt_own[n];
+          keep += f.rotary_keep[n];
           sum_sq += f.sum_sq[n];
           shrink += r;
           shrink_sq += r * r;
@@ -379,6 +384,7 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
         set_lane(s.key_pairs_centred, lane_index, 2 * cross_centred / len);
         set_lane(s.tilt_cross, lane_index, tilt_cross / len);
         set_lane(s.tilt_own, lane_index, tilt_own / len);
+        set_lane(s.rotary_keep, lane_index, keep / len);
       }
       return s;
     });
@@ -387,7 +393,7 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
   // The per-key-count profile of a scalar head, memoized per input.
   // The unmasked head, its parameters checked under this component's name.
   static Attention<T> checked_head(T d_in, T d_k, T seq_len, T q_var, T k_var, T v_var, T p,
-                                   AttentionGradient gradient) {
+                                   AttentionGradient gradient, RotaryEmbedding rotary) {
     require_width(name, "d_in", d_in);
     require_width(name, "d_k", d_k);
     detail::require(name, "seq_len", seq_len,
@@ -396,12 +402,13 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     require_variance(name, "k_var", k_var);
     require_variance(name, "v_var", v_var);
     require_probability(name, "p", p);
-    return Attention<T>(d_in, d_k, seq_len, q_var, k_var, v_var, p, gradient);
+    detail::require_rotary(name, rotary, d_k);
+    return Attention<T>(d_in, d_k, seq_len, q_var, k_var, v_var, p, gradient, rotary);
   }
 
   const detail::CausalProfile<Real>& profile(const Moments<T>& in) const {
     static thread_local detail::CausalProfile<Real> last;
-    static thread_local std::array<T, 13> last_key{};
+    static thread_local std::array<T, 14> last_key{};
     static thread_local bool valid = false;
     const auto key = key_of(in);
     if (!valid || key != last_key) {
@@ -412,9 +419,10 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     return last;
   }
 
-  std::array<T, 13> key_of(const Moments<T>& in) const {
+  std::array<T, 14> key_of(const Moments<T>& in) const {
     return {full_.d_in(), full_.d_k(), full_.seq_len(), full_.q_var(), full_.k_var(), full_.v_var(), full_.p(),
-            in.mean, in.var, in.corr_len, in.corr_dim, norm_var_ratio_of(in), hidden_spread_of(in)};
+            in.mean, in.var, in.corr_len, in.corr_dim, norm_var_ratio_of(in), hidden_spread_of(in),
+            T(0 * in.var + full_.rotary().base)};
   }
 
   // S2_n, J_n, F_cov(n) for n = 1..L of one lane, from Attention over n keys.
@@ -430,6 +438,7 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     f.cross.assign(L, Real(1));
     f.tilt_cross.assign(L, Real(0));  // one key: z = x_1, no tilt
     f.tilt_own.assign(L, Real(0));
+    f.rotary_keep.assign(L, Real(1));
     // The factors F_var, F_jac, F_cov and the tilts C, O at the key counts of
     // the grid (every n up to profile_every_count, then ratio profile_ratio),
     // by cubic Lagrange interpolation in log n in between: they vary smoothly,
@@ -437,7 +446,7 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     // one of Attention's bounds (1 <= F_var <= n, 0 <= F_jac, F_cov <= F_var)
     // starts or stops binding within the four points, the factors have a kink
     // there and those counts are evaluated exactly.
-    constexpr std::size_t factors = 5;
+    constexpr std::size_t factors = 6;
     struct Point {
       std::array<Real, factors> value;
       unsigned bound;  // which of the bounds bind
@@ -445,12 +454,12 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
     const auto evaluate = [&](std::size_t n) {
       const Real keys = static_cast<Real>(n);
       const Attention<Real> head(at(full_.d_in()), at(full_.d_k()), keys, at(full_.q_var()), at(full_.k_var()),
-                                 at(full_.v_var()), at(full_.p()));
+                                 at(full_.v_var()), at(full_.p()), AttentionGradient::all_paths, full_.rotary());
       const AttentionTerms<Real> a = head.terms(x);
       const unsigned bound = (a.weight_sq <= 1 || a.weight_sq >= keys ? 1u : 0u) |
                              (a.weight_jacobian <= 0 || a.weight_jacobian >= a.weight_sq ? 2u : 0u) |
                              (a.weight_cross <= 0 || a.weight_cross >= a.weight_sq ? 4u : 0u);
-      return Point{{a.weight_sq, a.weight_jacobian, a.weight_cross, a.tilt_cross, a.tilt_own}, bound};
+      return Point{{a.weight_sq, a.weight_jacobian, a.weight_cross, a.tilt_cross, a.tilt_own, a.rotary_keep}, bound};
     };
     std::vector<std::size_t> grid;
     for (std::size_t n = 2; n <= L; ++n) {
@@ -494,6 +503,7 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
       f.cross[n - 1] = v[2];
       f.tilt_cross[n - 1] = v[3];
       f.tilt_own[n - 1] = v[4];
+      f.rotary_keep[n - 1] = v[5];
     }
     // The pair sums over m > i from the suffix sums of 1/m, <P>_m/m and 1/m^2.
     f.pairs.assign(L, Real(0));

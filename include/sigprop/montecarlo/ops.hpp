@@ -93,6 +93,26 @@ inline Matrix activation_backward(Activation a, const Matrix& x, const Matrix& g
   return g.cwiseProduct(x.unaryExpr([a](double v) { return activation_derivative(a, v); }));
 }
 
+/// Rotary position embeddings (Su et al., "RoFormer", 2021, eq. 34): the
+/// coordinate pair (2j, 2j + 1) of row i (positions from 0) turned by the
+/// angle sign i theta_j, theta_j = base^(-2j/cols). The rotation is
+/// orthogonal, so sign = -1 is both its inverse and its backward. base 0:
+/// x unchanged.
+inline Matrix rotate_pairs(const Matrix& x, double base, double sign = 1) {
+  if (base == 0) return x;
+  Matrix y = x;
+  const auto width = static_cast<double>(x.cols());
+  for (Eigen::Index j = 0; j + 1 < x.cols(); j += 2) {
+    const double theta = std::pow(base, -static_cast<double>(j) / width);
+    for (Eigen::Index i = 0; i < x.rows(); ++i) {
+      const double angle = sign * static_cast<double>(i) * theta, c = std::cos(angle), s = std::sin(angle);
+      y(i, j) = c * x(i, j) - s * x(i, j + 1);
+      y(i, j + 1) = s * x(i, j) + c * x(i, j + 1);
+    }
+  }
+  return y;
+}
+
 /// One attention head: S = Q K^T / sqrt(d_k), P = softmax over each row (keys),
 /// P_drop = P .* mask (inverted dropout on the probabilities), O = P_drop V.
 struct AttentionCache {

@@ -12,6 +12,7 @@
 
 #include "sigprop/components/attention.hpp"
 #include "sigprop/montecarlo/components/dropout.hpp"
+#include "sigprop/montecarlo/ops.hpp"
 #include "sigprop/montecarlo/sampler.hpp"
 #include "sigprop/montecarlo/validation.hpp"
 
@@ -35,12 +36,15 @@ struct AttentionTrial {
 
 /// One forward and backward pass: x is L x d_in, g is L x d_k, mask is the
 /// L x L inverted-dropout mask (empty for p = 0); `causal`: query i attends
-/// to keys 1..i only (the scores above the diagonal are -inf).
+/// to keys 1..i only (the scores above the diagonal are -inf); `rotary`:
+/// queries and keys turned by ops::rotate_pairs (and back in the backward).
 inline AttentionTrial attention_trial(const Eigen::MatrixXd& x, const Eigen::MatrixXd& wq,
                                       const Eigen::MatrixXd& wk, const Eigen::MatrixXd& wv,
-                                      const Eigen::MatrixXd& mask, const Eigen::MatrixXd& g, bool causal = false) {
+                                      const Eigen::MatrixXd& mask, const Eigen::MatrixXd& g, bool causal = false,
+                                      RotaryEmbedding rotary = {}) {
   const double inv_sqrt_dk = 1 / std::sqrt(static_cast<double>(wq.cols()));
-  const Eigen::MatrixXd q = x * wq, k = x * wk, v = x * wv;
+  const Eigen::MatrixXd q = ops::rotate_pairs(x * wq, rotary.base), k = ops::rotate_pairs(x * wk, rotary.base);
+  const Eigen::MatrixXd v = x * wv;
   // Scores and a row softmax over the keys, shifted by the row maximum.
   Eigen::MatrixXd prob = (q * k.transpose()) * inv_sqrt_dk;
   if (causal) prob.triangularView<Eigen::StrictlyUpper>().setConstant(-std::numeric_limits<double>::infinity());
@@ -61,7 +65,8 @@ inline AttentionTrial attention_trial(const Eigen::MatrixXd& x, const Eigen::Mat
   const Eigen::VectorXd centre = prob.cwiseProduct(grad_prob).rowwise().sum();
   const Eigen::MatrixXd grad_scores =
       prob.cwiseProduct(grad_prob.colwise() - centre) * inv_sqrt_dk;
-  const Eigen::MatrixXd grad_q = grad_scores * k, grad_k = grad_scores.transpose() * q;
+  const Eigen::MatrixXd grad_q = ops::rotate_pairs(grad_scores * k, rotary.base, -1);
+  const Eigen::MatrixXd grad_k = ops::rotate_pairs(grad_scores.transpose() * q, rotary.base, -1);
   t.grad_value_path = grad_v * wv.transpose();
   t.grad_softmax_path = grad_q * wq.transpose() + grad_k * wk.transpose();
   return t;
@@ -72,6 +77,7 @@ inline AttentionTrial attention_trial(const Eigen::MatrixXd& x, const Eigen::Mat
 /// that order. The layer's sizes are whole numbers (checked by the callers).
 struct HeadDraw {
   Eigen::MatrixXd x, wq, wk, wv, mask;
+  RotaryEmbedding rotary;  // the layer's
 };
 
 inline HeadDraw draw_head(const Attention<double>& layer, const Moments<double>& in, Random& rng) {
@@ -83,12 +89,13 @@ inline HeadDraw draw_head(const Attention<double>& layer, const Moments<double>&
   h.wk = rng.normal_matrix(d_in, d_k, layer.k_var());
   h.wv = rng.normal_matrix(d_in, d_k, layer.v_var());
   if (layer.p() > 0) h.mask = dropout_mask(seq_len, seq_len, layer.p(), rng);
+  h.rotary = layer.rotary();
   return h;
 }
 
 /// attention_trial on a drawn head.
 inline AttentionTrial attention_trial(const HeadDraw& h, const Eigen::MatrixXd& g, bool causal = false) {
-  return attention_trial(h.x, h.wq, h.wk, h.wv, h.mask, g, causal);
+  return attention_trial(h.x, h.wq, h.wk, h.wv, h.mask, g, causal, h.rotary);
 }
 
 inline AttentionSimulationResult simulate_paths(const Attention<double>& layer,

@@ -1,0 +1,75 @@
+// sigprop/components/detail/rotary.hpp -- how much of a head's query-key
+// geometry rotary position embeddings leave unchanged over n keys.
+//
+// Rotary embeddings (Su et al., "RoFormer", 2021, section 3.4.2, eq. 34):
+// coordinate pair j = 0..d_k/2 - 1 of a head's query and key at position i is
+// rotated by the angle i theta_j, theta_j = base^(-2j/d_k) (base 10000 in
+// RoFormer, GPT-NeoX and Llama). A score q_i . k_k then sees the key through
+// the rotation by (k - i) theta_j. Averaged over n consecutive keys, pair j's
+// rotation shrinks to the Dirichlet kernel
+//   D_n(theta) = (1/n) sum_{k < n} e^{i k theta},
+//   |D_n(theta)|^2 = sin^2(n theta/2) / (n^2 sin^2(theta/2))
+// (1 as theta -> 0: a slow pair barely turns over the keys; ~1/(n theta)^2 for
+// a fast one). The fraction kept, f_n = mean over the pairs of |D_n(theta_j)|^2,
+// is what attention.hpp needs: the pairs split into those that stay put over
+// the keys (fraction f_n, where the head behaves as without rotation) and
+// those that turn (1 - f_n, where the keys' shared part varies from key to key
+// like a position-specific part and a query's tilt averages away).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+
+#include "sigprop/core/errors.hpp"
+#include "sigprop/core/lanes.hpp"
+
+namespace sigprop {
+
+/// Rotary position embeddings on a head's queries and keys (Su et al. 2021):
+/// pair j of the coordinates at position i rotated by i base^(-2j/d_k).
+/// `base` 0 means no rotation (the default); otherwise base > 1.
+struct RotaryEmbedding {
+  double base = 0;
+  bool enabled() const { return base != 0; }
+};
+
+namespace detail {
+
+/// Checks `rotary` for a head of width d_k (every lane): base 0, or finite
+/// and > 1 with at least one coordinate pair (d_k >= 2).
+template <class T>
+void require_rotary(const char* function, const RotaryEmbedding& rotary, const T& d_k) {
+  if (!rotary.enabled()) return;
+  if (!(std::isfinite(rotary.base) && rotary.base > 1))
+    raise_domain(function, "rotary.base", rotary.base, "{0} or (1, inf)");
+  for (std::size_t i = 0; i < lane_count(d_k); ++i) {
+    const double v = static_cast<double>(lane(d_k, i));
+    if (v < 2) raise_domain(function, "d_k (with rotary embeddings)", v, "[2, inf)");
+  }
+}
+
+/// f_n = mean over the floor(d_k/2) coordinate pairs of |D_n(theta_j)|^2 (the
+/// header), lane by lane; 1 without rotation or for n = 1.
+template <class T>
+T rotary_keep(const RotaryEmbedding& rotary, const T& keys, const T& d_k) {
+  T out = 0 * keys + 1;
+  if (!rotary.enabled()) return out;
+  for (std::size_t lane_index = 0; lane_index < lane_count(keys); ++lane_index) {
+    const double n = static_cast<double>(lane(keys, lane_index)), width = static_cast<double>(lane(d_k, lane_index));
+    const auto pairs = static_cast<std::size_t>(std::floor(width / 2));
+    double sum = 0;
+    for (std::size_t j = 0; j < pairs; ++j) {
+      const double theta = std::pow(rotary.base, -2.0 * static_cast<double>(j) / width);
+      const double half = std::sin(theta / 2);
+      const double kernel = std::sin(n * theta / 2) / (n * half);
+      sum += kernel * kernel;
+    }
+    set_lane(out, lane_index, sum / static_cast<double>(pairs));
+  }
+  return out;
+}
+
+}  // namespace detail
+
+}  // namespace sigprop
