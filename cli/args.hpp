@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "sigprop/components/detail/rotary.hpp"
 #include "sigprop/core/errors.hpp"
+#include "sigprop/core/validate.hpp"
 
 namespace sigprop::cli {
 
@@ -148,5 +150,17 @@ class Args {
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
 };
+
+/// --rotary BASE: rotary position embeddings on every head (0: none), for
+/// heads of width `head_width` (2 to 65536 coordinates with a rotation).
+inline double parse_rotary(const Args& a, double head_width) {
+  const double base = a.number("rotary", 0);
+  sigprop::detail::require("sigprop", "--rotary", base,
+                           [](double v) { return v == 0 || (std::isfinite(v) && v > 1); }, "{0} or (1, inf)");
+  if (base != 0 && !(head_width >= 2 && head_width <= sigprop::detail::max_rotary_width))
+    throw usage_error("--rotary needs heads of width at least 2 and at most 65536 (head width " +
+                      sigprop::detail::format_number(head_width) + ")");
+  return base;
+}
 
 }  // namespace sigprop::cli

@@ -76,14 +76,16 @@ inline const std::vector<ComponentEntry>& component_table() {
                                                                              : SoftmaxForm::simplified),
                          in, g);
        }},
-      {"attention", {"d-in", "d-k", "seq", "q-var", "k-var", "v-var", "p"},
+      {"attention", {"d-in", "d-k", "seq", "q-var", "k-var", "v-var", "p", "rotary"},
        "--d-in N (512) --d-k N (64) --seq L (256) --q-var --k-var --v-var (1/d-in)\n"
-       "              --p P (0, dropout on the attention probabilities)",
+       "              --p P (0, dropout on the attention probabilities)\n"
+       "              --rotary BASE (0: none; rotary position embeddings on Q and K)",
        [](const Args& a, const Moments<double>& in, const GradMoments<double>& g) {
-         const double d_in = a.count("d-in", 512);
-         return evaluate(Attention<double>(d_in, a.count("d-k", 64), a.count("seq", 256),
-                                           a.number("q-var", 1 / d_in), a.number("k-var", 1 / d_in),
-                                           a.number("v-var", 1 / d_in), a.number("p", 0)),
+         const double d_in = a.count("d-in", 512), d_k = a.count("d-k", 64);
+         const RotaryEmbedding rotary{parse_rotary(a, d_k)};
+         return evaluate(Attention<double>(d_in, d_k, a.count("seq", 256), a.number("q-var", 1 / d_in),
+                                           a.number("k-var", 1 / d_in), a.number("v-var", 1 / d_in),
+                                           a.number("p", 0), AttentionGradient::all_paths, rotary),
                          in, g);
        }},
       {"embedding", {"vocab", "seq", "tables", "weight-var"},

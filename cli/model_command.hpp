@@ -64,7 +64,7 @@ inline const std::set<std::string>& model_flags() {
       "arch", "scheme", "layers", "d", "heads", "ffn-mult", "activation", "seq", "dropout",
       "vocab", "tables", "input-var", "input-corr-len", "beta2-k", "beta2-alpha", "grad-var",
       "grad-corr-len", "format", "final-ln", "embedding-var", "q-var", "k-var", "v-var",
-      "o-var", "ffn1-var", "ffn2-var"};
+      "o-var", "ffn1-var", "ffn2-var", "rotary"};
   return flags;
 }
 
@@ -79,6 +79,8 @@ inline void model_flags_usage(std::ostream& out) {
          "  --final-ln (Pre-LN: LayerNorm after the last layer)\n"
          "  --layers N (12)  --d D (768)  --heads H (12)  --ffn-mult M (4)\n"
          "  --activation relu|gelu|silu (relu)  --seq L (256)  --dropout P (0.1)\n"
+         "  --rotary BASE (0: none) rotary position embeddings on every head's queries and\n"
+         "         keys, pair j turned by i BASE^(-2j/d_k) at position i (Llama: 10000)\n"
          "input (an embedding, then dropout; or measured moments):\n"
          "  --vocab V (32000)  --tables token,position,segment (all three)\n"
          "  --input-var V --input-corr-len R   measured model input (replaces the embedding)\n"
@@ -119,6 +121,7 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   if (c.d % c.heads != 0)
     throw usage_error("--heads = " + std::to_string(c.heads) + " is outside the valid range: a divisor of --d = " +
                       std::to_string(c.d));
+  c.rotary_base = parse_rotary(a, static_cast<double>(c.d / c.heads));
   c.final_layernorm = c.final_layernorm || a.has("final-ln");
   if (c.final_layernorm && c.arch != Arch::pre_ln)
     throw usage_error("--final-ln applies to --arch pre-ln only");
@@ -178,6 +181,7 @@ inline std::string describe(const ModelSpec& s) {
     << ", d = " << c.d << ", H = " << c.heads << ", FFN width " << c.hidden_width() << ", "
     << to_string(c.activation) << ", L = " << c.seq_len
     << ", p = " << c.dropout;
+  if (c.rotary_base != 0) o << ", rotary base " << c.rotary_base;
   return o.str();
 }
 

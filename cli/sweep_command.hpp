@@ -36,7 +36,7 @@ inline void sweep_usage(std::ostream& out) {
          "                       (dslm schemes always; other schemes only when given)\n"
          "fixed for the whole grid:\n"
          "  --head-dim K (64, heads = d/K)  --ffn-mult M (4)  --activation relu|gelu|silu (relu)\n"
-         "  --seq L (256)  --bounds LO,HI (0.5,2)\n";
+         "  --seq L (256)  --bounds LO,HI (0.5,2)  --rotary BASE (0: none; as in sigprop table)\n";
 }
 
 namespace detail {
@@ -93,7 +93,7 @@ inline std::vector<std::string> word_list(const Args& a, const std::string& flag
 
 inline int sweep_command(const std::vector<std::string>& words, std::ostream& out, std::ostream&) {
   const Args a(words, {"arch", "scheme", "layers", "d", "dropout", "beta2-k", "beta2-alpha", "head-dim", "ffn-mult",
-                       "activation", "seq", "bounds", "format"});
+                       "activation", "seq", "bounds", "format", "rotary"});
   if (!a.positional().empty()) throw usage_error("sweep: unexpected argument '" + a.positional()[0] + "'");
   std::vector<std::string> scheme_options;
   for (const SchemeInfo& i : sigprop::schemes()) scheme_options.push_back(i.name);
@@ -111,6 +111,7 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
   const double head_dim = a.count("head-dim", 64);
   const double ffn_mult = a.count("ffn-mult", 4);
   const double seq = a.count("seq", 256);
+  const double rotary = parse_rotary(a, head_dim);
   if (seq < 2) throw usage_error("--seq = 1 is outside the valid range: a whole number >= 2");
   const std::string activation = a.choice("activation", {"relu", "gelu", "silu"}, "relu");
   const auto bounds_list = detail::number_list(a, "bounds", "0.5,2");
@@ -141,6 +142,7 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
                 c.heads = d / static_cast<std::size_t>(head_dim);
                 c.ffn_mult = static_cast<std::size_t>(ffn_mult);
                 c.seq_len = static_cast<std::size_t>(seq);
+                c.rotary_base = rotary;
                 c = with_architecture(c, arch.empty() ? to_string(native_arch(pt.scheme)) : arch);
                 // The presets set the activation and dropout; explicit flags win.
                 if (a.has("activation") || (arch != "llama" && arch != "gpt2")) c.activation = activation_of(activation);

@@ -2,9 +2,10 @@
 // and the causal mask change the moments of an attention block at
 // initialization? A simulation of the real block (H heads, Q/K/V projections
 // d -> d/H, softmax attention, W_O, no dropout; real backprop through every
-// path) under each variant, against sigprop's attention_block (full, no
-// rotary, one K/V head per query head) or, for the causal variants,
-// causal_attention_block. docs/decoders.md records the output.
+// path) under each variant, against sigprop's attention_block (full, one K/V
+// head per query head; with RotaryEmbedding{10000} for the rotary variants)
+// or, for the causal variants, causal_attention_block. The rotary rows also
+// show the prediction without rotation. docs/decoders.md records the output.
 //
 //   decoder_attention [--trials N] [--seed X]
 //
@@ -36,20 +37,9 @@ struct Variant {
   bool rotary, causal;
 };
 
-// Rotates the coordinate pairs of each row i by i theta_j (sign +1), or back (-1).
-Matrix rotate(const Matrix& x, double sign) {
-  Matrix y = x;
-  const Eigen::Index dk = x.cols();
-  for (Eigen::Index j = 0; j + 1 < dk; j += 2) {
-    const double theta = std::pow(10000.0, -static_cast<double>(j) / static_cast<double>(dk));
-    for (Eigen::Index i = 0; i < x.rows(); ++i) {
-      const double a = sign * static_cast<double>(i) * theta, c = std::cos(a), s = std::sin(a);
-      y(i, j) = c * x(i, j) - s * x(i, j + 1);
-      y(i, j + 1) = s * x(i, j) + c * x(i, j + 1);
-    }
-  }
-  return y;
-}
+constexpr double rotary_base = 10000;
+
+Matrix rotate(const Matrix& x, double sign) { return mc::ops::rotate_pairs(x, rotary_base, sign); }
 
 Matrix softmax_rows_masked(const Matrix& s, bool causal) {
   Matrix p = Matrix::Zero(s.rows(), s.cols());
@@ -157,9 +147,11 @@ int main(int argc, char** argv) {
   for (double r : {0.0, 0.5, 0.9}) {
     const sigprop::Moments<double> in{0, 1, r, 0};
     const sigprop::GradMoments<double> grad{1, 0.2};
-    const auto block = sigprop::attention_block<double>(d, H, L, {w, w, w, w}, 0);
-    const auto causal = sigprop::causal_attention_block<double>(d, H, L, {w, w, w, w}, 0);
     for (const Variant& v : variants) {
+      const sigprop::RotaryEmbedding rotary{v.rotary ? rotary_base : 0};
+      const auto gradient = sigprop::AttentionGradient::all_paths;
+      const auto block = sigprop::attention_block<double>(d, H, L, {w, w, w, w}, 0, gradient, rotary);
+      const auto causal = sigprop::causal_attention_block<double>(d, H, L, {w, w, w, w}, 0, gradient, rotary);
       const auto fwd = v.causal ? causal.forward(in) : block.forward(in);
       const auto bwd = v.causal ? causal.backward(in, grad) : block.backward(in, grad);
       const Measured m = simulate(v, L, d, H, in, grad, w, trials, ++seed);
@@ -167,6 +159,13 @@ int main(int argc, char** argv) {
                   r, v.label, m.forward.var.value, m.forward.var.std_error, fwd.var, m.forward.corr_len.value,
                   m.forward.corr_len.std_error, fwd.corr_len, m.backward.var.value, m.backward.var.std_error, bwd.var,
                   m.backward.corr_len.value, m.backward.corr_len.std_error, bwd.corr_len);
+      if (v.rotary) {  // the prediction without rotation, for comparison
+        const auto plain = sigprop::attention_block<double>(d, H, L, {w, w, w, w}, 0);
+        const auto plain_causal = sigprop::causal_attention_block<double>(d, H, L, {w, w, w, w}, 0);
+        const auto pf = v.causal ? plain_causal.forward(in) : plain.forward(in);
+        const auto pb = v.causal ? plain_causal.backward(in, grad) : plain.backward(in, grad);
+        std::printf("|   | (without rotation) | %.4f | %.4f | %.4f | %.4f |\n", pf.var, pf.corr_len, pb.var, pb.corr_len);
+      }
       if (v.causal) {
         // One head's per-position variance through W_O (Linear: d w_o E[o^2]).
         const auto predicted = causal.part<0>().head().position_forward(in);

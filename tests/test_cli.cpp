@@ -202,6 +202,50 @@ TEST_CASE("cli: table --positions prints trace_positions and trace_position_grad
   require_usage_error({"init", "--arch", "llama", "--positions", "1"}, "--positions", "unknown", "help");
 }
 
+TEST_CASE("cli: --rotary puts rotary embeddings on every head (table, sweep)", "[cli][models]") {
+  // The numbers are the library's with ModelConfig::rotary_base, and differ
+  // from the model without rotation.
+  sigprop::ModelConfig c;
+  c.layers = 3;
+  c.d = 64;
+  c.heads = 2;
+  c.seq_len = 64;
+  c = sigprop::with_architecture(c, "llama");
+  c.rotary_base = 10000;
+  const sigprop::Trace t = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier));
+  c.rotary_base = 0;
+  const sigprop::Trace plain = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier));
+  const Outcome csv = run({"table", "--arch", "llama", "--layers", "3", "--d", "64", "--heads", "2", "--seq", "64",
+                           "--rotary", "10000", "--format", "csv"});
+  INFO(csv.err);
+  REQUIRE(csv.status == 0);
+  using sigprop::cli::exact;
+  const std::string last_row = "3," + exact(t.rows[3].forward.var) + "," + exact(t.rows[3].forward.corr_len) + "," +
+                               exact(t.rows[3].backward.var) + ",";
+  CHECK(csv.out.find("\n" + last_row) != std::string::npos);
+  CHECK(t.rows[0].backward.var != plain.rows[0].backward.var);
+  const Outcome text = run({"table", "--arch", "llama", "--layers", "3", "--d", "64", "--heads", "2", "--rotary",
+                            "10000"});
+  CHECK(text.out.find("rotary base 10000") != std::string::npos);
+  const Outcome swept = run({"sweep", "--arch", "llama", "--scheme", "xavier", "--layers", "3", "--d", "64",
+                             "--head-dim", "32", "--seq", "64", "--rotary", "10000"});
+  REQUIRE(swept.status == 0);
+  const auto s = sigprop::summarize_trace(t, {});
+  CHECK(swept.out.find("," + exact(s.final_var) + ",") != std::string::npos);
+  require_usage_error({"table", "--rotary", "1"}, "--rotary", "1", "{0} or (1, inf)");
+  require_usage_error({"sweep", "--rotary", "-5"}, "--rotary", "-5", "{0} or (1, inf)");
+  require_usage_error({"table", "--d", "8", "--heads", "8", "--rotary", "10000"}, "--rotary", "head width 1",
+                      "at least 2");
+  require_usage_error({"component", "attention", "--d-k", "1", "--rotary", "10000"}, "--rotary", "head width 1",
+                      "at least 2");
+  const Outcome component = run({"component", "attention", "--rotary", "10000", "--corr-len", "0.5", "--format",
+                                 "json"});
+  REQUIRE(component.status == 0);
+  const sigprop::Attention<double> head(512, 64, 256, 1.0 / 512, 1.0 / 512, 1.0 / 512, 0,
+                                        sigprop::AttentionGradient::all_paths, {10000});
+  CHECK(component.out.find(exact(head.backward({0, 1, 0.5, 0}, {1, 0}).var)) != std::string::npos);
+}
+
 TEST_CASE("cli: results outside the validated domain are flagged, not refused", "[cli][domain]") {
   // Q/K at 16x the Xavier variance: score variance ~40, softmax nearly one-hot.
   const std::vector<std::string> hot = {"table", "--layers", "3", "--d", "128", "--heads", "4",

@@ -110,6 +110,50 @@ TEST_CASE("decoders: per-position forward variances against whole-model simulati
   CHECK(average_misses >= position_one / 2);
 }
 
+TEST_CASE("decoders with rotary embeddings against whole-model simulation", "[decoders][montecarlo][rotary]") {
+  // The four decoder models with rotary embeddings (base 10000) on every
+  // head, simulated with rotated queries and keys: the sequence-averaged
+  // trace row by row and trace_positions at positions 1, 2, 4, ..., L, with
+  // the allowances of the tests above.
+  std::uint64_t seed = 901;
+  std::vector<double> forward_errors, gradient_errors, position_errors;
+  for (auto k : mc::decoder_models()) {
+    k.config.rotary_base = 10000;
+    const auto [config, weights] = mc::case_model(k);
+    const Trace t = trace(config, weights);
+    const PositionTrace p = trace_positions(config, weights);
+    const auto s = simulate(config, weights, 32, ++seed);
+    const std::size_t N = config.layers, L = config.seq_len;
+    const bool xavier = k.scheme == Scheme::xavier;
+    for (std::size_t n = 0; n <= N; ++n) {
+      const auto& m = s.forward[n].var;
+      const auto& g = s.backward[n].var;
+      INFO(k.label << " row " << n << ": forward " << t.rows[n].forward.var << " vs " << m.value << " +- "
+                   << m.std_error << ", gradient " << t.rows[n].backward.var << " vs " << g.value << " +- "
+                   << g.std_error);
+      CHECK(std::abs(t.rows[n].forward.var - m.value) <= 4 * m.std_error + 0.05 * m.value);
+      forward_errors.push_back(std::abs(t.rows[n].forward.var / m.value - 1));
+      if (n + 2 > N || (xavier && n >= 1)) {
+        CHECK(std::abs(t.rows[n].backward.var - g.value) <= 4 * g.std_error + 0.08 * g.value);
+        gradient_errors.push_back(std::abs(t.rows[n].backward.var / g.value - 1));
+      }
+      for (std::size_t i = 1; i <= L; i *= 2) {
+        const auto& mp = s.forward_by_position[n][i - 1];
+        const double v = p.rows[n][i - 1].var + p.rows[n][i - 1].mean * p.rows[n][i - 1].mean;
+        INFO("position " << i << ": " << v << " vs " << mp.value << " +- " << mp.std_error);
+        CHECK(std::abs(v - mp.value) <= 4 * mp.std_error + 0.05 * mp.value);
+        position_errors.push_back(std::abs(v / mp.value - 1));
+      }
+    }
+  }
+  for (auto* e : {&forward_errors, &gradient_errors, &position_errors}) std::sort(e->begin(), e->end());
+  std::printf("rotary decoders: forward rows median %.1f %%, worst %.1f %%; gradient rows (checked) median %.1f %%, "
+              "worst %.1f %%; positions median %.1f %%, worst %.1f %%\n",
+              100 * forward_errors[forward_errors.size() / 2], 100 * forward_errors.back(),
+              100 * gradient_errors[gradient_errors.size() / 2], 100 * gradient_errors.back(),
+              100 * position_errors[position_errors.size() / 2], 100 * position_errors.back());
+}
+
 TEST_CASE("decoders: per-position gradient variances against whole-model simulation", "[decoders][montecarlo]") {
   // trace_position_gradients (models/positions.hpp) against the simulation's
   // mean square of the gradient at every position of every row, for both

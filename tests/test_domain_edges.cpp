@@ -419,6 +419,20 @@ std::vector<Row> component_rows() {
     else
       r.push_back({"sigprop::CausalAttention", names[i], lo, hi, true, false, [=](double v) { return causal(i, v); }});
   }
+  // Rotary embeddings: base in {0} or (1, inf); with them d_k in [2, 65536].
+  const auto rotary = [w](bool masked, double base, double d_k) {
+    const AttentionGradient all = AttentionGradient::all_paths;
+    return masked ? CausalAttention<double>(64, d_k, 16, w, w, w, 0.1, all, {base}).forward(x0).var
+                  : Attention<double>(64, d_k, 16, w, w, w, 0.1, all, {base}).forward(x0).var;
+  };
+  for (bool masked : {false, true}) {
+    const std::string fn = masked ? "sigprop::CausalAttention" : "sigprop::Attention";
+    r.push_back({fn, "rotary.base", 1, inf, false, false, [=](double v) { return rotary(masked, v, 16); }});
+    r.push_back({fn, "rotary.base", 0, 0, true, true, [=](double v) { return rotary(masked, v, 16); }});
+    r.push_back({fn, "d_k (with rotary embeddings)", 2, 65536, true, true,
+                 [=](double v) { return rotary(masked, 10000, v); }, Kind::integer, known_none,
+                 "d_k = "});  // NaN and inf: named by the width check before
+  }
   append(r, moment_rows("sigprop::Attention", Attention<double>(64, 16, 16, w, w, w, 0.1)));
   append(r, moment_rows("sigprop::CausalAttention", CausalAttention<double>(64, 16, 16, w, w, w, 0.1)));
   return r;
@@ -506,6 +520,8 @@ std::vector<Row> stack_rows() {
       {"sigprop::trace", "seq_len", 2, inf, true, false,
        [=](double v) { return traced([v](ModelConfig& c, ModelWeights&) { c.seq_len = static_cast<std::size_t>(v); }); },
        Kind::count},
+      {"sigprop::trace", "rotary.base", 1, inf, false, false,
+       [=](double v) { return traced([v](ModelConfig& c, ModelWeights&) { c.rotary_base = v; }); }},
       // p -> 1: the variances grow as 1/(1 - p) and the dropout's norm
       // fluctuation 3p/(2(1 - p)) with them; near 1 a product may overflow (a clean throw).
       {"sigprop::trace", "dropout", 0, 1, true, false,
@@ -811,6 +827,7 @@ std::vector<CliRow> cli_rows() {
       {attention, "d-in", 1, big, true, true, true},
       {attention, "d-k", 1, big, true, true, true},
       {attention, "seq", 2, big, true, true, true},
+      {attention, "rotary", 1, inf, false, false},
       {attention, "q-var", 0, inf, true, false},
       {attention, "k-var", 0, inf, true, false},
       {attention, "v-var", 0, inf, true, false},
@@ -845,6 +862,7 @@ std::vector<CliRow> cli_rows() {
         {with_small({}), "ffn2-var", 0, inf, true, false},
         {with_small({}), "grad-var", 0, inf, false, false},
         {with_small({}), "grad-corr-len", -1, 1, true, true},
+        {with_small({}), "rotary", 1, inf, false, false},
     });
     std::vector<std::string> measured = with_small({});
     measured.insert(measured.end(), {"--input-corr-len", "0"});
@@ -863,6 +881,7 @@ std::vector<CliRow> cli_rows() {
       {sweep, "layers", 1, 100000, true, true, true, false, true},
       {sweep_shallow, "dropout", 0, 1, true, false, false, true},
       {sweep_shallow, "ffn-mult", 1, big, true, true, true},
+      {sweep_shallow, "rotary", 1, inf, false, false},
       {{"sweep", "--d", "16", "--head-dim", "8", "--layers", "2"}, "seq", 2, big, true, true, true},
       // d: its upper end here; the lower end (4, and a multiple of --head-dim)
       // in "CLI word, list and pair flags".

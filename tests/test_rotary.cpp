@@ -60,6 +60,16 @@ TEST_CASE("Rotary: base 0 is the plain head, bit for bit", "[rotary]") {
   const Attention<double> rotated(96, 32, 128, 0.01, 0.012, 0.01, 0.1, AttentionGradient::all_paths, {10000});
   CHECK(rotated.backward(in, g).var != plain.backward(in, g).var);
   CHECK(rotated.rotary().base == 10000);
+  // with_gradient keeps every parameter, the rotation included.
+  const CausalAttention<double> causal_rotated(96, 32, 128, 0.01, 0.012, 0.01, 0.1, AttentionGradient::all_paths,
+                                               {10000});
+  const CausalAttention<double> value_only = causal_rotated.with_gradient(AttentionGradient::value_path_only);
+  CHECK(value_only.full().rotary().base == 10000);
+  CHECK(value_only.full().gradient() == AttentionGradient::value_path_only);
+  const CausalAttention<double> direct(96, 32, 128, 0.01, 0.012, 0.01, 0.1, AttentionGradient::value_path_only,
+                                       {10000});
+  CHECK(value_only.backward(in, g).var == direct.backward(in, g).var);
+  CHECK(value_only.backward(in, g).var != causal_rotated.backward(in, g).var);
 }
 
 TEST_CASE("Rotary: attention heads against simulation with rotated queries and keys", "[rotary][montecarlo]") {
@@ -152,7 +162,10 @@ TEST_CASE("Rotary: bad parameters are named", "[rotary][domain]") {
                                       {std::nan("")}),
                     Catch::Contains("rotary.base"));
   CHECK_THROWS_WITH(CausalAttention<double>(64, 1, 32, 0.01, 0.01, 0.01, 0, AttentionGradient::all_paths, {10000}),
-                    Catch::Contains("d_k (with rotary embeddings)") && Catch::Contains("[2, inf)"));
+                    Catch::Contains("d_k (with rotary embeddings)") && Catch::Contains("{2, 3, ..., 65536}"));
+  CHECK_THROWS_WITH(Attention<double>(1e6, 1e5, 32, 1e-6, 1e-6, 1e-6, 0, AttentionGradient::all_paths, {10000}),
+                    Catch::Contains("d_k (with rotary embeddings) = 100000"));
+  CHECK_NOTHROW(Attention<double>(65536, 65536, 32, 1e-9, 1e-9, 1e-9, 0, AttentionGradient::all_paths, {10000}));
   CHECK_THROWS_AS(CausalAttention<double>(64, 16, 32, 0.01, 0.01, 0.01, 0, AttentionGradient::all_paths,
                                           {-std::numeric_limits<double>::infinity()}),
                   domain_error);

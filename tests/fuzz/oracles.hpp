@@ -459,6 +459,16 @@ inline AttentionGradient fuzzed_gradient(ByteReader& in) {
   return in.flag() ? AttentionGradient::all_paths : AttentionGradient::value_path_only;
 }
 
+// Rotary embeddings: the common bases, one just above 1, or any value.
+inline RotaryEmbedding fuzzed_rotary(ByteReader& in) {
+  switch (in.byte() % 4) {
+    case 0: return {10000};
+    case 1: return {500000};
+    case 2: return {1 + std::abs(in.value())};
+    default: return {in.value()};
+  }
+}
+
 // Limits on the work one input may ask for (see cli_too_costly): the layers
 // of a traced model, the positions a causal head walks, and the sequence
 // length up to which a causal model's positions are traced one by one.
@@ -537,6 +547,12 @@ inline std::string check_model(ByteReader& in) {
                    std::to_string(pg.positions[j]) + ": " + f;
         }
     }
+    // The same model with rotary embeddings, decoded last for the same reason.
+    if (in.flag()) {
+      c.rotary_base = fuzzed_rotary(in).base;
+      const Trace rotated = trace(c, initialize(c, scheme, input, scaling, o), grad_top);
+      if (auto f = check_trace("trace (rotary)", rotated); !f.empty()) return f;
+    }
   } catch (const sigprop::domain_error&) {
   } catch (const sigprop::overflow_error&) {
   }
@@ -595,9 +611,17 @@ inline std::string check_api_input(const std::uint8_t* data, std::size_t size) {
         const double d = in.width(), dk = in.width(), L = in.width();
         const double q = in.value(), k = in.value(), v = in.value(), p = in.flag() ? 0.0 : in.value();
         const AttentionGradient grad = detail::fuzzed_gradient(in);
-        if (subject % 20 == 8) return guarded([&] { return Attention<double>(d, dk, L, q, k, v, p, grad); }, in);
-        if (L > detail::max_causal_seq) return "";
-        return guarded([&] { return CausalAttention<double>(d, dk, L, q, k, v, p, grad); }, in);
+        const bool masked = subject % 20 == 9;
+        if (masked && L > detail::max_causal_seq) return "";
+        // Then, on the bytes left, the same head with rotary embeddings (read
+        // after the first so that earlier inputs still decode the same head).
+        const auto head = [&](RotaryEmbedding rotary, ByteReader& r) {
+          if (masked) return guarded([&] { return CausalAttention<double>(d, dk, L, q, k, v, p, grad, rotary); }, r);
+          return guarded([&] { return Attention<double>(d, dk, L, q, k, v, p, grad, rotary); }, r);
+        };
+        const std::string plain = head({}, in);
+        if (!plain.empty() || !in.flag()) return plain;
+        return head(detail::fuzzed_rotary(in), in);
       }
       case 10: {
         EmbeddingConfig<double> c;
@@ -639,9 +663,15 @@ inline std::string check_api_input(const std::uint8_t* data, std::size_t size) {
         const double d = in.width(), heads = in.width(), L = in.width(), p = in.flag() ? 0.1 : in.value();
         const AttentionWeights<double> w{in.value(), in.value(), in.value(), in.value()};
         const AttentionGradient grad = detail::fuzzed_gradient(in);
-        if (in.flag()) return guarded([&] { return attention_block(d, heads, L, w, p, grad); }, in);
-        if (L > detail::max_causal_seq) return "";
-        return guarded([&] { return causal_attention_block(d, heads, L, w, p, grad); }, in);
+        const bool masked = !in.flag();
+        if (masked && L > detail::max_causal_seq) return "";
+        const auto block = [&](RotaryEmbedding rotary, ByteReader& r) {
+          if (masked) return guarded([&] { return causal_attention_block(d, heads, L, w, p, grad, rotary); }, r);
+          return guarded([&] { return attention_block(d, heads, L, w, p, grad, rotary); }, r);
+        };
+        const std::string plain = block({}, in);
+        if (!plain.empty() || !in.flag()) return plain;
+        return block(detail::fuzzed_rotary(in), in);
       }
       case 15: {  // a Pre-LN style residual sublayer around an FFN
         const double d = in.width(), skip = in.value(), branch = in.value(), w = in.value();

@@ -5,7 +5,8 @@
 //
 // Reference: Kedia et al. (ICML 2024), appendix C.1. Built by composition:
 //   serial(multi_head(Attention(d, d/H, L, q, k, v, p), H), Linear(d, d, o), Dropout(p)),
-// and the decoder's block with CausalAttention in place of Attention.
+// and the decoder's block with CausalAttention in place of Attention; either
+// with rotary position embeddings on every head (components/detail/rotary.hpp).
 #pragma once
 
 #include "sigprop/blocks/multi_head.hpp"
@@ -29,10 +30,11 @@ using AttentionBlock = Serial<T, MultiHead<T, Attention<T>>, Linear<T>, Dropout<
 /// The attention block for width d, H heads, sequence length L, dropout p.
 template <class T>
 AttentionBlock<T> attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
-                                  AttentionGradient gradient = AttentionGradient::all_paths) {
+                                  AttentionGradient gradient = AttentionGradient::all_paths,
+                                  RotaryEmbedding rotary = {}) {
   require_width("sigprop::attention_block", "heads", heads);
   require_width("sigprop::attention_block", "d / heads", T(d / heads));
-  return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient), heads),
+  return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient, rotary), heads),
                 Linear<T>(d, d, w.o), Dropout<T>(p));
 }
 
@@ -42,10 +44,11 @@ using CausalAttentionBlock = Serial<T, MultiHead<T, CausalAttention<T>>, Linear<
 /// The causal (decoder) attention block: every head masked to keys 1..i.
 template <class T>
 CausalAttentionBlock<T> causal_attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
-                                              AttentionGradient gradient = AttentionGradient::all_paths) {
+                                              AttentionGradient gradient = AttentionGradient::all_paths,
+                                              RotaryEmbedding rotary = {}) {
   require_width("sigprop::causal_attention_block", "heads", heads);
   require_width("sigprop::causal_attention_block", "d / heads", T(d / heads));
-  return serial(multi_head(CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient), heads),
+  return serial(multi_head(CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient, rotary), heads),
                 Linear<T>(d, d, w.o), Dropout<T>(p));
 }
 

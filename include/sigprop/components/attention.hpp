@@ -121,6 +121,14 @@
 // by kappa sigma^4 (2 (1 + rho)^2 - 1)/12 (-2.5 % at sigma^2 = 2.56, rho = 0,
 // d_in = 128), G keeping the rest of its factor (rho = 1 gives F_var).
 //
+// Rotary position embeddings (RotaryEmbedding, Su et al. 2021): the head's
+// coordinate pairs split into the share f_L that stays put over the L keys,
+// where everything above holds, and the share 1 - f_L that turns, where the
+// keys' shared part joins the scores and dQ like a position-specific part and
+// the tilt and the queries' coherence average away (detail/rotary.hpp;
+// compute_terms, forward_with, softmax_outputs_of; measured in
+// docs/components/attention.md, "Rotary position embeddings").
+//
 // Assumptions: Gaussian input, zero-mean weights; the hidden correlation r^d
 // belongs to the position-specific part (the convention of
 // montecarlo::sample_activations) and is capped there by Cauchy-Schwarz; the

@@ -93,6 +93,12 @@ class CausalAttention : public Component<CausalAttention<T>, T> {
   /// The same head without the mask (every query attends to all L keys).
   const Attention<T>& full() const { return full_; }
 
+  /// The same head with backward() through the paths `gradient`.
+  CausalAttention with_gradient(AttentionGradient gradient) const {
+    return CausalAttention(full_.d_in(), full_.d_k(), full_.seq_len(), full_.q_var(), full_.k_var(), full_.v_var(),
+                           full_.p(), gradient, full_.rotary());
+  }
+
   Domain<T> domain_impl(const Moments<T>& in) const { return full_.domain(in); }
 
   Moments<T> forward_impl(const Moments<T>& in) const {

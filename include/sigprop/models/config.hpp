@@ -76,6 +76,10 @@ struct ModelConfig {
   bool gated_ffn = false;
   /// FFN hidden width; 0 means ffn_mult d (Llama's gated FFN uses about 8d/3).
   std::size_t ffn_hidden = 0;
+  /// Rotary position embeddings on every head's queries and keys, pair j
+  /// turned by i base^(-2j/d_k) at position i (Llama, GPT-NeoX: base 10000);
+  /// 0: none (components/detail/rotary.hpp).
+  double rotary_base = 0;
 
   std::size_t head_width() const { return d / heads; }
   std::size_t hidden_width() const { return ffn_hidden > 0 ? ffn_hidden : ffn_mult * d; }
@@ -88,6 +92,7 @@ struct ModelConfig {
     require_width(function, "ffn_mult", static_cast<double>(ffn_mult));
     require_width(function, "seq_len", static_cast<double>(seq_len), 2);
     require_probability(function, "dropout", dropout);
+    detail::require_rotary(function, RotaryEmbedding{rotary_base}, heads > 0 ? static_cast<double>(d / heads) : 0.0);
     if (d % heads != 0)
       throw domain_error(std::string(function) + ": heads = " + std::to_string(heads) +
                          " is outside the valid range: a divisor of d = " + std::to_string(d));

@@ -190,8 +190,7 @@ void attention_pairs(const StackShape<double>& s, const LayerWeights& w, const M
     if constexpr (std::is_same_v<std::decay_t<decltype(block)>, CausalAttentionBlock<double>>) {
       const Moments<double> h = branch_io(s, w, Sublayer::attention, block, x, upstream).input;
       const CausalAttention<double>& head = block.template part<0>().head();
-      const CausalAttention<double> value_path(s.d, s.d / s.heads, s.seq_len, w.q, w.k, w.v, s.dropout,
-                                               AttentionGradient::value_path_only);
+      const CausalAttention<double> value_path = head.with_gradient(AttentionGradient::value_path_only);
       const double keep = 1 - s.dropout;
       constexpr double c = 0.5;
       const std::vector<double> flat(static_cast<std::size_t>(L), 1 / keep);

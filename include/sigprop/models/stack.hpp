@@ -80,6 +80,7 @@ struct StackShape {
   AttentionGradient attention_gradient = AttentionGradient::all_paths;
   Norm norm = Norm::layernorm;
   bool causal = false, gated = false;
+  RotaryEmbedding rotary;
   std::size_t layers = 0;
   T d, heads, hidden, seq_len, dropout;  ///< hidden: the FFN's hidden width
 };
@@ -101,6 +102,7 @@ inline StackShape<double> shape_of(const ModelConfig& c) {
   s.norm = c.norm;
   s.causal = c.causal;
   s.gated = c.gated_ffn;
+  s.rotary = {c.rotary_base};
   s.layers = c.layers;
   s.d = static_cast<double>(c.d);
   s.heads = static_cast<double>(c.heads);
@@ -214,7 +216,7 @@ BranchIO<T> branch_io(const StackShape<T>& s, const W& w, Sublayer which, const 
 template <class T, class W>
 auto make_attention_block(const StackShape<T>& s, const W& w) {
   return attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
-                            s.attention_gradient);
+                            s.attention_gradient, s.rotary);
 }
 
 template <class Activation, class T, class W>
@@ -229,7 +231,7 @@ auto with_block(const StackShape<T>& s, const W& w, Sublayer which, Apply apply)
   if (which == Sublayer::attention) {
     if (s.causal)
       return apply(causal_attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
-                                             s.attention_gradient));
+                                             s.attention_gradient, s.rotary));
     return apply(make_attention_block(s, w));
   }
   if (s.gated) return apply(glu_ffn_block<Activation>(s.d, s.hidden, T(w.ffn1), T(w.ffn_gate), T(w.ffn2), s.dropout));
@@ -392,9 +394,10 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
     require_moments(fn, weights[i].input);
     if (c.arch != first.arch || c.activation != first.activation || c.layers != first.layers ||
         c.final_layernorm != first.final_layernorm || c.attention_gradient != first.attention_gradient ||
-        c.norm != first.norm || c.causal != first.causal || c.gated_ffn != first.gated_ffn)
+        c.norm != first.norm || c.causal != first.causal || c.gated_ffn != first.gated_ffn ||
+        c.rotary_base != first.rotary_base)
       fail("configs[" + std::to_string(i) + "].arch, activation, layers, final_layernorm, attention_gradient, "
-           "norm, causal or gated_ffn differs from configs[0]'s: a batch shares its structure");
+           "norm, causal, gated_ffn or rotary_base differs from configs[0]'s: a batch shares its structure");
     if (weights[i].layers.size() != c.layers)
       fail("weights[" + std::to_string(i) + "].layers.size() = " + std::to_string(weights[i].layers.size()) +
            " is outside the valid range {layers = " + std::to_string(c.layers) + "}");
@@ -443,6 +446,7 @@ inline BatchTrace trace_batch(const std::vector<ModelConfig>& configs,
   s.norm = first.norm;
   s.causal = first.causal;
   s.gated = first.gated_ffn;
+  s.rotary = {first.rotary_base};
   s.layers = N;
   std::vector<BatchLayerWeights<BatchChunk>> layers(N);
   Moments<BatchChunk> input;

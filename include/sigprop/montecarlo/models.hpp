@@ -153,7 +153,8 @@ inline ops::Matrix attention_branch(const ModelConfig& c, const LayerParams& p, 
   cache.heads.clear();
   for (std::size_t i = 0; i < c.heads; ++i) {
     ops::Matrix out;
-    cache.heads.push_back(ops::attention_head_forward(h, p.wq[i], p.wk[i], p.wv[i], c.dropout, rng, out, c.causal));
+    cache.heads.push_back(
+        ops::attention_head_forward(h, p.wq[i], p.wk[i], p.wv[i], c.dropout, rng, out, c.causal, c.rotary_base));
     cache.concat.middleCols(static_cast<Eigen::Index>(i) * dk, dk) = out;
   }
   return output_dropout(c, cache.concat * p.wo, cache, rng);

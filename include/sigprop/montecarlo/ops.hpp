@@ -116,17 +116,20 @@ inline Matrix rotate_pairs(const Matrix& x, double base, double sign = 1) {
 /// One attention head: S = Q K^T / sqrt(d_k), P = softmax over each row (keys),
 /// P_drop = P .* mask (inverted dropout on the probabilities), O = P_drop V.
 struct AttentionCache {
-  Matrix q, k, v, probs, mask;
+  Matrix q, k, v, probs, mask;  ///< q and k as the scores see them (rotated)
   double scale = 1;
+  double rotary_base = 0;
 };
 
-/// `causal`: query i attends to keys 1..i (the scores above the diagonal are -inf).
+/// `causal`: query i attends to keys 1..i (the scores above the diagonal are
+/// -inf); `rotary_base` > 0: Q and K turned by rotate_pairs.
 inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, const Matrix& wk,
                                              const Matrix& wv, double p, Random& rng,
-                                             Matrix& out, bool causal = false) {
+                                             Matrix& out, bool causal = false, double rotary_base = 0) {
   AttentionCache c;
-  c.q = x * wq;
-  c.k = x * wk;
+  c.rotary_base = rotary_base;
+  c.q = rotate_pairs(x * wq, rotary_base);
+  c.k = rotate_pairs(x * wk, rotary_base);
   c.v = x * wv;
   c.scale = 1 / std::sqrt(static_cast<double>(wq.cols()));
   Matrix scores = (c.q * c.k.transpose()) * c.scale;
@@ -158,7 +161,8 @@ inline void attention_head_backward(const AttentionCache& c, const Matrix& x, co
   Matrix dp = g * c.v.transpose();
   if (dropped) dp = dp.cwiseProduct(c.mask);
   const Matrix ds = softmax_rows_backward(c.probs, dp) * c.scale;
-  const Matrix dq = ds * c.k, dk = ds.transpose() * c.q;
+  const Matrix dq = rotate_pairs(ds * c.k, c.rotary_base, -1);
+  const Matrix dk = rotate_pairs(ds.transpose() * c.q, c.rotary_base, -1);
   dx += dq * wq.transpose();
   dx += dk * wk.transpose();
   dx += dv * wv.transpose();

@@ -36,8 +36,12 @@ struct RotaryEmbedding {
 
 namespace detail {
 
+/// The widest head rotary_keep() takes: its cost is one sine per pair.
+inline constexpr double max_rotary_width = 65536;
+
 /// Checks `rotary` for a head of width d_k (every lane): base 0, or finite
-/// and > 1 with at least one coordinate pair (d_k >= 2).
+/// and > 1 with a whole d_k of at least one coordinate pair and at most
+/// max_rotary_width coordinates (d_k in {2, ..., 65536}).
 template <class T>
 void require_rotary(const char* function, const RotaryEmbedding& rotary, const T& d_k) {
   if (!rotary.enabled()) return;
@@ -45,7 +49,8 @@ void require_rotary(const char* function, const RotaryEmbedding& rotary, const T
     raise_domain(function, "rotary.base", rotary.base, "{0} or (1, inf)");
   for (std::size_t i = 0; i < lane_count(d_k); ++i) {
     const double v = static_cast<double>(lane(d_k, i));
-    if (v < 2) raise_domain(function, "d_k (with rotary embeddings)", v, "[2, inf)");
+    if (!(v >= 2 && v <= max_rotary_width && std::floor(v) == v))
+      raise_domain(function, "d_k (with rotary embeddings)", v, "{2, 3, ..., 65536} (whole coordinate pairs)");
   }
 }
 
@@ -61,8 +66,8 @@ T rotary_keep(const RotaryEmbedding& rotary, const T& keys, const T& d_k) {
     double sum = 0;
     for (std::size_t j = 0; j < pairs; ++j) {
       const double theta = std::pow(rotary.base, -2.0 * static_cast<double>(j) / width);
-      const double half = std::sin(theta / 2);
-      const double kernel = std::sin(n * theta / 2) / (n * half);
+      const double half = std::sin(theta / 2);  // > 0: theta >= 1/base > 0
+      const double kernel = half > 0 ? std::sin(n * theta / 2) / (n * half) : 1.0;
       sum += kernel * kernel;
     }
     set_lane(out, lane_index, sum / static_cast<double>(pairs));
