@@ -35,6 +35,16 @@ void require_usage_error(const std::vector<std::string>& args, const std::string
   CHECK(o.err.find(range) != std::string::npos);
 }
 
+// A small decoder preset as the tests below run it: d = 64, 2 heads.
+sigprop::ModelConfig small_decoder(const char* arch, std::size_t layers, std::size_t seq_len) {
+  sigprop::ModelConfig c;
+  c.layers = layers;
+  c.d = 64;
+  c.heads = 2;
+  c.seq_len = seq_len;
+  return sigprop::with_architecture(c, arch);
+}
+
 }  // namespace
 
 TEST_CASE("cli: component json is exactly one object with the documented keys", "[cli]") {
@@ -158,12 +168,7 @@ TEST_CASE("cli: table --positions prints trace_positions and trace_position_grad
   const Outcome csv = run(with({"--positions", "last,1,1", "--format", "csv"}));
   REQUIRE(csv.status == 0);
   CHECK(csv.err.empty());
-  sigprop::ModelConfig c;
-  c.layers = 2;
-  c.d = 64;
-  c.heads = 2;
-  c.seq_len = 32;
-  c = sigprop::with_architecture(c, "gpt2");
+  const sigprop::ModelConfig c = small_decoder("gpt2", 2, 32);
   const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier);
   const sigprop::PositionTrace p = sigprop::trace_positions(c, w, {1, 32});
   const sigprop::PositionGradientTrace g = sigprop::trace_position_gradients(c, w, {1, 32});
@@ -205,12 +210,7 @@ TEST_CASE("cli: table --positions prints trace_positions and trace_position_grad
 TEST_CASE("cli: --rotary puts rotary embeddings on every head (table, sweep)", "[cli][models]") {
   // The numbers are the library's with ModelConfig::rotary_base, and differ
   // from the model without rotation.
-  sigprop::ModelConfig c;
-  c.layers = 3;
-  c.d = 64;
-  c.heads = 2;
-  c.seq_len = 64;
-  c = sigprop::with_architecture(c, "llama");
+  sigprop::ModelConfig c = small_decoder("llama", 3, 64);
   c.rotary_base = 10000;
   const sigprop::Trace t = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier));
   c.rotary_base = 0;
