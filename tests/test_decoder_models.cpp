@@ -112,30 +112,39 @@ TEST_CASE("decoders: per-position forward variances against whole-model simulati
 
 TEST_CASE("decoders with rotary embeddings against whole-model simulation", "[decoders][montecarlo][rotary]") {
   // The four decoder models with rotary embeddings (base 10000) on every
-  // head, simulated with rotated queries and keys: the sequence-averaged
-  // trace row by row and trace_positions at positions 1, 2, 4, ..., L, with
-  // the allowances of the tests above.
+  // head, simulated with rotated queries and keys (256 trials): the
+  // sequence-averaged trace row by row, trace_positions at positions 1, 2,
+  // 4, ..., L and trace_position_gradients at every position, with the
+  // allowances and thresholds of the tests without rotation.
   std::uint64_t seed = 901;
-  std::vector<double> forward_errors, gradient_errors, position_errors;
+  std::vector<double> forward_errors, gradient_errors, position_errors, pair_errors, pair_rows, plain_rows;
+  const auto percentile = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+  };
   for (auto k : mc::decoder_models()) {
     k.config.rotary_base = 10000;
     const auto [config, weights] = mc::case_model(k);
     const Trace t = trace(config, weights);
     const PositionTrace p = trace_positions(config, weights);
-    const auto s = simulate(config, weights, 32, ++seed);
+    const PositionGradientTrace g = trace_position_gradients(config, weights);
+    ModelConfig plain = config;
+    plain.rotary_base = 0;
+    const PositionGradientTrace g_plain = trace_position_gradients(plain, weights);
+    const auto s = simulate(config, weights, 256, ++seed);
     const std::size_t N = config.layers, L = config.seq_len;
     const bool xavier = k.scheme == Scheme::xavier;
     for (std::size_t n = 0; n <= N; ++n) {
       const auto& m = s.forward[n].var;
-      const auto& g = s.backward[n].var;
+      const auto& row = s.backward[n].var;
       INFO(k.label << " row " << n << ": forward " << t.rows[n].forward.var << " vs " << m.value << " +- "
-                   << m.std_error << ", gradient " << t.rows[n].backward.var << " vs " << g.value << " +- "
-                   << g.std_error);
+                   << m.std_error << ", gradient " << t.rows[n].backward.var << " vs " << row.value << " +- "
+                   << row.std_error);
       CHECK(std::abs(t.rows[n].forward.var - m.value) <= 4 * m.std_error + 0.05 * m.value);
       forward_errors.push_back(std::abs(t.rows[n].forward.var / m.value - 1));
       if (n + 2 > N || (xavier && n >= 1)) {
-        CHECK(std::abs(t.rows[n].backward.var - g.value) <= 4 * g.std_error + 0.08 * g.value);
-        gradient_errors.push_back(std::abs(t.rows[n].backward.var / g.value - 1));
+        CHECK(std::abs(t.rows[n].backward.var - row.value) <= 4 * row.std_error + 0.08 * row.value);
+        gradient_errors.push_back(std::abs(t.rows[n].backward.var / row.value - 1));
       }
       for (std::size_t i = 1; i <= L; i *= 2) {
         const auto& mp = s.forward_by_position[n][i - 1];
@@ -144,14 +153,39 @@ TEST_CASE("decoders with rotary embeddings against whole-model simulation", "[de
         CHECK(std::abs(v - mp.value) <= 4 * mp.std_error + 0.05 * mp.value);
         position_errors.push_back(std::abs(v / mp.value - 1));
       }
+      double predicted = 0, predicted_plain = 0, measured = 0;
+      for (std::size_t i = 1; i <= L; ++i) {
+        const mc::Estimate& mg = s.backward_by_position[n][i - 1];
+        INFO("gradient at position " << i << ": " << g.rows[n][i - 1].var << " vs " << mg.value << " +- "
+                                     << mg.std_error);
+        CHECK(std::abs(g.rows[n][i - 1].var - mg.value) <= 4 * mg.std_error + 0.22 * mg.value);
+        pair_errors.push_back(std::abs(g.rows[n][i - 1].var / mg.value - 1));
+        predicted += g.rows[n][i - 1].var;
+        predicted_plain += g_plain.rows[n][i - 1].var;
+        measured += mg.value;
+      }
+      CHECK(std::abs(predicted / L - row.value) <= 4 * row.std_error + 0.10 * row.value);
+      pair_rows.push_back(std::abs(predicted / measured - 1));
+      plain_rows.push_back(std::abs(predicted_plain / measured - 1));
     }
   }
-  for (auto* e : {&forward_errors, &gradient_errors, &position_errors}) std::sort(e->begin(), e->end());
-  std::printf("rotary decoders: forward rows median %.1f %%, worst %.1f %%; gradient rows (checked) median %.1f %%, "
-              "worst %.1f %%; positions median %.1f %%, worst %.1f %%\n",
-              100 * forward_errors[forward_errors.size() / 2], 100 * forward_errors.back(),
-              100 * gradient_errors[gradient_errors.size() / 2], 100 * gradient_errors.back(),
-              100 * position_errors[position_errors.size() / 2], 100 * position_errors.back());
+  std::sort(forward_errors.begin(), forward_errors.end());
+  std::sort(gradient_errors.begin(), gradient_errors.end());
+  std::printf("rotary decoders: forward rows median %.1f %%, worst %.1f %%; averaged-trace gradient rows (checked) "
+              "median %.1f %%, worst %.1f %%; each position's forward median %.1f %%, worst %.1f %%; each position's "
+              "gradient median %.1f %%, p90 %.1f %%, worst %.1f %%, their row averages median %.1f %%, p90 %.1f %% "
+              "(without the rotation: %.1f %%, %.1f %%)\n",
+              100 * percentile(forward_errors, 0.5), 100 * forward_errors.back(),
+              100 * percentile(gradient_errors, 0.5), 100 * gradient_errors.back(),
+              100 * percentile(position_errors, 0.5), 100 * percentile(position_errors, 1),
+              100 * percentile(pair_errors, 0.5), 100 * percentile(pair_errors, 0.9), 100 * percentile(pair_errors, 1),
+              100 * percentile(pair_rows, 0.5), 100 * percentile(pair_rows, 0.9), 100 * percentile(plain_rows, 0.5),
+              100 * percentile(plain_rows, 0.9));
+  // The encoder stacks' thresholds, as for the decoders without rotation.
+  CHECK(percentile(pair_rows, 0.5) <= 0.03);
+  CHECK(percentile(pair_rows, 0.9) <= 0.10);
+  CHECK(percentile(pair_errors, 0.5) <= 0.05);
+  CHECK(percentile(pair_errors, 0.9) <= 0.13);
 }
 
 TEST_CASE("decoders: per-position gradient variances against whole-model simulation", "[decoders][montecarlo]") {
