@@ -31,6 +31,9 @@ TEST_CASE("Rotary: the share of pairs that stay put, by direct sums", "[rotary]"
       CHECK(detail::rotary_keep(rotary, n, d_k) == Approx(sum / pairs).epsilon(1e-10));
     }
   CHECK(detail::rotary_keep(RotaryEmbedding{}, 100.0, 32.0) == 1);
+  // The per-thread cache returns what a fresh evaluation gives.
+  CHECK(detail::rotary_keep(rotary, 77.0, 32.0) == detail::rotary_keep_of(10000, 77, 32));
+  CHECK(detail::rotary_keep(rotary, 77.0, 32.0) == detail::rotary_keep_of(10000, 77, 32));
   CHECK(detail::rotary_keep(rotary, 1.0, 32.0) == Approx(1).epsilon(1e-15));
   // The first pair turns by one radian per position: gone after a few keys;
   // the slowest (theta = 10000^(-15/16)) barely turns over 256 keys.

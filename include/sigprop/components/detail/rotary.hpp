@@ -17,8 +17,10 @@
 // like a position-specific part and a query's tilt averages away).
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstddef>
+#include <map>
 #include <string>
 
 #include "sigprop/core/errors.hpp"
@@ -54,23 +56,41 @@ void require_rotary(const char* function, const RotaryEmbedding& rotary, const T
   }
 }
 
+/// f_n for one configuration (the header; 1 for n = 1).
+inline double rotary_keep_of(double base, double n, double width) {
+  const auto pairs = static_cast<std::size_t>(std::floor(width / 2));
+  double sum = 0;
+  for (std::size_t j = 0; j < pairs; ++j) {
+    const double theta = std::pow(base, -2.0 * static_cast<double>(j) / width);
+    const double half = std::sin(theta / 2);  // > 0: theta >= 1/base > 0
+    const double kernel = half > 0 ? std::sin(n * theta / 2) / (n * half) : 1.0;
+    sum += kernel * kernel;
+  }
+  return sum / static_cast<double>(pairs);
+}
+
 /// f_n = mean over the floor(d_k/2) coordinate pairs of |D_n(theta_j)|^2 (the
-/// header), lane by lane; 1 without rotation or for n = 1.
+/// header), lane by lane; 1 without rotation or for n = 1. Cached per thread
+/// (up to 2^16 entries): a trace asks for the same key counts in every layer
+/// (CausalAttention's profile grid), each one sine per pair.
 template <class T>
 T rotary_keep(const RotaryEmbedding& rotary, const T& keys, const T& d_k) {
   T out = 0 * keys + 1;
   if (!rotary.enabled()) return out;
+  static thread_local std::map<std::array<double, 3>, double> cache;
   for (std::size_t lane_index = 0; lane_index < lane_count(keys); ++lane_index) {
-    const double n = static_cast<double>(lane(keys, lane_index)), width = static_cast<double>(lane(d_k, lane_index));
-    const auto pairs = static_cast<std::size_t>(std::floor(width / 2));
-    double sum = 0;
-    for (std::size_t j = 0; j < pairs; ++j) {
-      const double theta = std::pow(rotary.base, -2.0 * static_cast<double>(j) / width);
-      const double half = std::sin(theta / 2);  // > 0: theta >= 1/base > 0
-      const double kernel = half > 0 ? std::sin(n * theta / 2) / (n * half) : 1.0;
-      sum += kernel * kernel;
+    const std::array<double, 3> key{rotary.base, static_cast<double>(lane(keys, lane_index)),
+                                    static_cast<double>(lane(d_k, lane_index))};
+    if (std::isnan(key[1]) || std::isnan(key[2])) {  // no order for NaN: not cached
+      set_lane(out, lane_index, rotary_keep_of(key[0], key[1], key[2]));
+      continue;
     }
-    set_lane(out, lane_index, sum / static_cast<double>(pairs));
+    auto found = cache.find(key);
+    if (found == cache.end()) {
+      if (cache.size() >= 65536) cache.clear();
+      found = cache.emplace(key, rotary_keep_of(key[0], key[1], key[2])).first;
+    }
+    set_lane(out, lane_index, found->second);
   }
   return out;
 }
