@@ -120,12 +120,12 @@ TEST_CASE("Rotary: attention heads against simulation with rotated queries and k
                 gx.corr_len - b.corr_len.value, b.corr_len.std_error);
     INFO((pt.causal ? "causal" : "full") << " r " << pt.r << " score " << pt.score << " L " << pt.seq_len);
     // 4 standard errors plus the allowance of the heads without rotation
-    // (5 % on variances, 0.01 on correlations; 0.02 on the gradient's, whose
-    // largest gap here is +0.019 at 13 times its standard error).
+    // (5 % on variances, 0.01 on correlations; 0.015 on the gradient's, whose
+    // largest gap here is +0.0145, the full head at r = 0.9, 5.6 standard errors).
     CHECK(std::abs(y.var - f.var.value) <= 4 * f.var.std_error + 0.05 * f.var.value);
     CHECK(std::abs(y.corr_len - f.corr_len.value) <= 4 * f.corr_len.std_error + 0.01);
     CHECK(std::abs(gx.var - b.var.value) <= 4 * b.var.std_error + 0.05 * b.var.value);
-    CHECK(std::abs(gx.corr_len - b.corr_len.value) <= 4 * b.corr_len.std_error + 0.02);
+    CHECK(std::abs(gx.corr_len - b.corr_len.value) <= 4 * b.corr_len.std_error + 0.015);
     errors.push_back(std::abs(y.var / f.var.value - 1));
     errors.push_back(std::abs(gx.var / b.var.value - 1));
     corr_errors.push_back(std::abs(gx.corr_len - b.corr_len.value));
@@ -144,7 +144,7 @@ TEST_CASE("Rotary: attention heads against simulation with rotated queries and k
     const GradMoments<double> pg = pt.causal ? plain.backward(in, g) : plain.full().backward(in, g);
     if (std::abs(py.var - f.var.value) > 4 * f.var.std_error + 0.05 * f.var.value ||
         std::abs(pg.var - b.var.value) > 4 * b.var.std_error + 0.05 * b.var.value ||
-        std::abs(pg.corr_len - b.corr_len.value) > 4 * b.corr_len.std_error + 0.02)
+        std::abs(pg.corr_len - b.corr_len.value) > 4 * b.corr_len.std_error + 0.015)
       ++plain_misses;
   }
   // Measured: the unrotated head misses at 7 of the 10 (gradient variance up

@@ -572,8 +572,15 @@ class Attention : public Component<Attention<T>, T> {
     const T shared_var = in.corr_len * in.var;  // r s^2
     const T shared4 = a.common * a.common + 2 * shared_var * (shared_var + 2 * in.mean * in.mean) / d_in_;
     const T values = (a.pos_var + p_ * a.common) / (1 - p_);
-    const T common_eff = a.common + (a.pos_var * a.pos_var * a.pos_var + 2 * a.pos_var * a.pos_var * a.common +
-                                     2 * a.pos_var * a.common * a.common) * t * (1 + (d_in_ + 1) / d_k_);
+    // Rotary embeddings: the shared query part's coherence (common) needs the
+    // same direction in both queries, f; in the tilt terms each query's
+    // rotation meets its own inverse (q_i^T R_(m-i) q_m against the scores'
+    // R_(k-i), R_(k-m)) and they keep their size; the shared part's fourth
+    // moment pairs two shared directions, f^2.
+    const T& keep = s.rotary_keep;
+    const T common_eff = a.common * keep + (a.pos_var * a.pos_var * a.pos_var + 2 * a.pos_var * a.pos_var * a.common +
+                                            2 * a.pos_var * a.common * a.common * keep * keep) *
+                                               t * (1 + (d_in_ + 1) / d_k_);
     const T r_g = feasible_corr(g.corr_len);
     const T coherent = a.pos_cov_sq / d_in_;
     // Rotary embeddings (detail/rotary.hpp): in the share 1 - f of the pairs
@@ -581,14 +588,13 @@ class Attention : public Component<Attention<T>, T> {
     // shared part from dQ_i (it joins their position-specific variance), and
     // the coherent parts, which need the same direction at every key or in
     // every query, are left in the share f that stays put.
-    const T& keep = s.rotary_keep;
     const T keys = a.pos_var + a.common * (1 - keep);
     const PathMoments query{base * k_var_ * (s.jacobian * keys * values + s.shrink_sq * coherent * keep),
                             base * k_var_ * r_g * keep *
                                 (s.pair_cross_centred * a.pos_var * a.pos_var + s.shrink_cross * coherent)};
     const T key_var =
         s.key_jacobian * (a.pos_var * a.second + p_ * (a.common * a.pos_var + shared4)) / (1 - p_) +
-        r_g * s.key_pairs_centred * a.pos_var * common_eff * keep;
+        r_g * s.key_pairs_centred * a.pos_var * common_eff;
     // A negative r_g makes the coherent key term negative; the variance it
     // belongs to cannot be (only reachable far outside the validated domain).
     const T key_var_bounded = base * q_var_ * math::clamp_nonnegative(key_var);
