@@ -147,9 +147,10 @@ TEST_CASE("Rotary: attention heads against simulation with rotated queries and k
         std::abs(pg.corr_len - b.corr_len.value) > 4 * b.corr_len.std_error + 0.015)
       ++plain_misses;
   }
-  // Measured: the unrotated head misses at 7 of the 10 (gradient variance up
+  // Measured: the unrotated head misses at 8 of the 10 (gradient variance up
   // to 37 % high, its correlation up to 0.14 low, forward variance 12 % high
-  // at r = 0); it passes at r = 0.9 and the causal r = 0.
+  // at r = 0); where the shared part dominates (r = 0.9) the rotation
+  // matters least.
   CHECK(plain_misses >= 7);
   std::sort(errors.begin(), errors.end());
   std::sort(corr_errors.begin(), corr_errors.end());
