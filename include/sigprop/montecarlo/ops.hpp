@@ -121,11 +121,13 @@ struct AttentionCache {
   double rotary_base = 0;
 };
 
-/// `causal`: query i attends to keys 1..i (the scores above the diagonal are
-/// -inf); `rotary_base` > 0: Q and K turned by rotate_pairs.
+/// One head's forward with a given inverted-dropout mask on the probabilities
+/// (L x L; empty: no dropout). `causal`: query i attends to keys 1..i (the
+/// scores above the diagonal are -inf); `rotary_base` > 0: Q and K turned by
+/// rotate_pairs.
 inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, const Matrix& wk,
-                                             const Matrix& wv, double p, Random& rng,
-                                             Matrix& out, bool causal = false, double rotary_base = 0) {
+                                             const Matrix& wv, const Matrix& mask, Matrix& out,
+                                             bool causal = false, double rotary_base = 0) {
   AttentionCache c;
   c.rotary_base = rotary_base;
   c.q = rotate_pairs(x * wq, rotary_base);
@@ -135,13 +137,36 @@ inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, 
   Matrix scores = (c.q * c.k.transpose()) * c.scale;
   if (causal) scores.triangularView<Eigen::StrictlyUpper>().setConstant(-std::numeric_limits<double>::infinity());
   c.probs = softmax_rows(scores);
-  if (p > 0) {
-    c.mask = dropout_mask(x.rows(), x.rows(), p, rng);
-    out = c.probs.cwiseProduct(c.mask) * c.v;
-  } else {
-    out = c.probs * c.v;
-  }
+  c.mask = mask;
+  out = mask.size() > 0 ? Matrix(c.probs.cwiseProduct(mask) * c.v) : Matrix(c.probs * c.v);
   return c;
+}
+
+/// The same with the mask drawn from `rng` at dropout p (none for p = 0).
+inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, const Matrix& wk,
+                                             const Matrix& wv, double p, Random& rng,
+                                             Matrix& out, bool causal = false, double rotary_base = 0) {
+  const Matrix mask = p > 0 ? dropout_mask(x.rows(), x.rows(), p, rng) : Matrix();
+  return attention_head_forward(x, wq, wk, wv, mask, out, causal, rotary_base);
+}
+
+/// The gradients of one head's Q = x Wq, K = x Wk (before the rotation) and
+/// V = x Wv for loss = sum(out .* g): the value path is V's, the softmax path
+/// Q's and K's.
+struct HeadGrads {
+  Matrix q, k, v;
+};
+
+inline HeadGrads attention_head_grads(const AttentionCache& c, const Matrix& g) {
+  const bool dropped = c.mask.size() > 0;
+  HeadGrads d;
+  d.v = dropped ? Matrix(c.probs.cwiseProduct(c.mask).transpose() * g) : Matrix(c.probs.transpose() * g);
+  Matrix dp = g * c.v.transpose();
+  if (dropped) dp = dp.cwiseProduct(c.mask);
+  const Matrix ds = softmax_rows_backward(c.probs, dp) * c.scale;
+  d.q = rotate_pairs(ds * c.k, c.rotary_base, -1);
+  d.k = rotate_pairs(ds.transpose() * c.q, c.rotary_base, -1);
+  return d;
 }
 
 /// Squared Frobenius norms of one head's weight gradients dWq = x^T dQ, ...
@@ -155,21 +180,14 @@ struct HeadWeightGrads {
 inline void attention_head_backward(const AttentionCache& c, const Matrix& x, const Matrix& wq,
                                     const Matrix& wk, const Matrix& wv, const Matrix& g,
                                     Matrix& dx, HeadWeightGrads* weights = nullptr) {
-  const bool dropped = c.mask.size() > 0;
-  const Matrix pd = dropped ? Matrix(c.probs.cwiseProduct(c.mask)) : c.probs;
-  const Matrix dv = pd.transpose() * g;
-  Matrix dp = g * c.v.transpose();
-  if (dropped) dp = dp.cwiseProduct(c.mask);
-  const Matrix ds = softmax_rows_backward(c.probs, dp) * c.scale;
-  const Matrix dq = rotate_pairs(ds * c.k, c.rotary_base, -1);
-  const Matrix dk = rotate_pairs(ds.transpose() * c.q, c.rotary_base, -1);
-  dx += dq * wq.transpose();
-  dx += dk * wk.transpose();
-  dx += dv * wv.transpose();
+  const HeadGrads d = attention_head_grads(c, g);
+  dx += d.q * wq.transpose();
+  dx += d.k * wk.transpose();
+  dx += d.v * wv.transpose();
   if (weights) {
-    weights->q = (x.transpose() * dq).squaredNorm();
-    weights->k = (x.transpose() * dk).squaredNorm();
-    weights->v = (x.transpose() * dv).squaredNorm();
+    weights->q = (x.transpose() * d.q).squaredNorm();
+    weights->k = (x.transpose() * d.k).squaredNorm();
+    weights->v = (x.transpose() * d.v).squaredNorm();
   }
 }
 

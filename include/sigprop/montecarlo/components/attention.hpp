@@ -42,33 +42,11 @@ inline AttentionTrial attention_trial(const Eigen::MatrixXd& x, const Eigen::Mat
                                       const Eigen::MatrixXd& wk, const Eigen::MatrixXd& wv,
                                       const Eigen::MatrixXd& mask, const Eigen::MatrixXd& g, bool causal = false,
                                       RotaryEmbedding rotary = {}) {
-  const double inv_sqrt_dk = 1 / std::sqrt(static_cast<double>(wq.cols()));
-  const Eigen::MatrixXd q = ops::rotate_pairs(x * wq, rotary.base), k = ops::rotate_pairs(x * wk, rotary.base);
-  const Eigen::MatrixXd v = x * wv;
-  // Scores and a row softmax over the keys, shifted by the row maximum.
-  Eigen::MatrixXd prob = (q * k.transpose()) * inv_sqrt_dk;
-  if (causal) prob.triangularView<Eigen::StrictlyUpper>().setConstant(-std::numeric_limits<double>::infinity());
-  const Eigen::VectorXd row_max = prob.rowwise().maxCoeff();
-  prob = (prob.colwise() - row_max).array().exp().matrix();
-  const Eigen::VectorXd row_sum = prob.rowwise().sum();
-  prob = row_sum.cwiseInverse().asDiagonal() * prob;
-  const bool dropout = mask.size() > 0;
-  const Eigen::MatrixXd kept = dropout ? prob.cwiseProduct(mask) : prob;
-
   AttentionTrial t;
-  t.out = kept * v;
-  // Backward for loss = sum(out .* g).
-  const Eigen::MatrixXd grad_v = kept.transpose() * g;
-  Eigen::MatrixXd grad_prob = g * v.transpose();
-  if (dropout) grad_prob = grad_prob.cwiseProduct(mask);
-  // Softmax Jacobian row by row: dS = P .* (dP - rowsum(P .* dP)).
-  const Eigen::VectorXd centre = prob.cwiseProduct(grad_prob).rowwise().sum();
-  const Eigen::MatrixXd grad_scores =
-      prob.cwiseProduct(grad_prob.colwise() - centre) * inv_sqrt_dk;
-  const Eigen::MatrixXd grad_q = ops::rotate_pairs(grad_scores * k, rotary.base, -1);
-  const Eigen::MatrixXd grad_k = ops::rotate_pairs(grad_scores.transpose() * q, rotary.base, -1);
-  t.grad_value_path = grad_v * wv.transpose();
-  t.grad_softmax_path = grad_q * wq.transpose() + grad_k * wk.transpose();
+  const ops::AttentionCache c = ops::attention_head_forward(x, wq, wk, wv, mask, t.out, causal, rotary.base);
+  const ops::HeadGrads d = ops::attention_head_grads(c, g);
+  t.grad_value_path = d.v * wv.transpose();
+  t.grad_softmax_path = d.q * wq.transpose() + d.k * wk.transpose();
   return t;
 }
 
