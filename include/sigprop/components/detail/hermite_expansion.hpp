@@ -86,6 +86,9 @@ struct GaussHermiteRule {
     }
   }
 
+  /// The weight of node j (projection onto h_0 = 1).
+  R weight(Eigen::Index j) const { return projection(0, j); }
+
   /// The rule with 64 << level nodes (level 0 to 3), each built on first use
   /// (thread-safe statics).
   static const GaussHermiteRule& of_level(int level) {
