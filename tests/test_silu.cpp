@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include <boost/math/quadrature/gauss_kronrod.hpp>
@@ -65,6 +66,22 @@ double silu_minimum() {
     x -= (1 + x * s) / (s - x * s * (1 - s));
   }
   return x;
+}
+
+// A correlation and a gradient correlation, and the seconds they took
+// (added to `seconds`); `pair` computes both.
+template <class Pair>
+std::pair<double, double> timed_pair(Pair pair, double& seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::pair<double, double> result = pair();
+  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+// The nested quadrature's correlation and gradient correlation at r.
+std::pair<double, double> nested_correlations(const sigprop::detail::SiluQuadrature<double>& quad, double r,
+                                              double per_var, double second) {
+  return {quad.cov_per_var(r, per_var) / per_var, quad.grad_cross(r, second) / second};
 }
 
 }  // namespace
@@ -165,7 +182,6 @@ TEST_CASE("Silu: the ReLU split agrees with the nested quadrature where it is us
   // weight or a missing term shows far above either bound.
   using Quadrature = sigprop::detail::SiluQuadrature<double>;
   double worst_forward = 0, worst_backward = 0, nested_s = 0, split_s = 0;
-  using clock = std::chrono::steady_clock;
   for (double mu : {-40.0, -12.0, -8.0, -3.0, -1.27846, -0.5, 0.0, 0.7, 2.0, 6.0, 40.0})
     for (double s2 : {4.0, 9.0, 25.0, 100.0, 1e4, 1e6}) {
       const Quadrature quad(mu, s2);
@@ -176,13 +192,12 @@ TEST_CASE("Silu: the ReLU split agrees with the nested quadrature where it is us
       const double per_var = quad.var_per_var(), second = quad.grad_second();
       for (double r : {-1.0, -0.9, -0.3, 0.1, 0.5, 0.9, 0.99, 1 - 1e-6, 1 - 1e-12, 1.0}) {
         INFO("r = " << r);
-        const auto t0 = clock::now();
-        const double corr = quad.cov_per_var(r, per_var) / per_var, grad = quad.grad_cross(r, second) / second;
-        const auto t1 = clock::now();
-        const double corr_split = quad.cov_per_var_split(r, per_var) / per_var;
-        const double grad_split = quad.grad_cross_split(r, second) / second;
-        nested_s += std::chrono::duration<double>(t1 - t0).count();
-        split_s += std::chrono::duration<double>(clock::now() - t1).count();
+        const auto [corr, grad] = timed_pair([&] { return nested_correlations(quad, r, per_var, second); }, nested_s);
+        const auto [corr_split, grad_split] = timed_pair(
+            [&] {
+              return std::pair{quad.cov_per_var_split(r, per_var) / per_var, quad.grad_cross_split(r, second) / second};
+            },
+            split_s);
         const bool used = r <= 0.999;
         CHECK(std::abs(corr_split - corr) < (used ? 5e-14 : 2e-12));
         CHECK(std::abs(grad_split - grad) < (used ? 5e-14 : 2e-12));
@@ -206,7 +221,6 @@ TEST_CASE("Silu: narrow partners' Gauss-Hermite rule agrees with the adaptive in
   using Quadrature = sigprop::detail::SiluQuadrature<double>;
   double worst = 0, narrow_s = 0, adaptive_s = 0;
   std::size_t points = 0;
-  using clock = std::chrono::steady_clock;
   for (double s2 : {0.5, 4.0, 9.0, 30.0, 100.0, 1e4, 1e6})
     for (double a : {-8.0, -2.0, -0.3, 0.0, 0.5, 2.0, 10.0}) {
       const double mu = a * std::sqrt(s2);
@@ -216,13 +230,9 @@ TEST_CASE("Silu: narrow partners' Gauss-Hermite rule agrees with the adaptive in
         for (double r : {1 - gap, gap - 1}) {
           if (std::sqrt(s2 * (1 - r) * (1 + r)) > 0.5) continue;
           INFO("mu = " << mu << ", s2 = " << s2 << ", r = " << r);
-          const auto t0 = clock::now();
-          const double corr = quad.cov_per_var(r, per_var) / per_var, grad = quad.grad_cross(r, second) / second;
-          const auto t1 = clock::now();
-          const double corr_ref = reference.cov_per_var(r, per_var) / per_var;
-          const double grad_ref = reference.grad_cross(r, second) / second;
-          narrow_s += std::chrono::duration<double>(t1 - t0).count();
-          adaptive_s += std::chrono::duration<double>(clock::now() - t1).count();
+          const auto [corr, grad] = timed_pair([&] { return nested_correlations(quad, r, per_var, second); }, narrow_s);
+          const auto [corr_ref, grad_ref] =
+              timed_pair([&] { return nested_correlations(reference, r, per_var, second); }, adaptive_s);
           CHECK(std::abs(corr - corr_ref) < 2e-14);
           CHECK(std::abs(grad - grad_ref) < 2e-14);
           worst = std::max({worst, std::abs(corr - corr_ref), std::abs(grad - grad_ref)});
