@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 # The fast subset (docs/fuzzing.md, "Sanitized tests"): every test whose
 # sanitized build and run together take seconds, not minutes.
-default_tests='^test_(batch|causal_attention|cli|decoders|domain_edges|embedding|fuzz_replay|math|reproductions|schemes|softmax_concentration|vector_moments)$'
+default_tests='^test_(batch|causal_attention|cli|decoders|domain_edges|embedding|fuzz_replay|math|record|reproductions|schemes|softmax_concentration|vector_moments)$'
 tests=${SIGPROP_SANITIZE_TESTS:-$default_tests}
 
 # shellcheck source=packages.sh

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "sigprop/core/component.hpp"
+#include "sigprop/core/record.hpp"
 
 namespace sigprop {
 
@@ -61,10 +62,35 @@ class Gated : public Component<Gated<T, Gate, Value>, T> {
     return out;
   }
 
+  /// The record of a forward pass (core/record.hpp): each branch's record and output.
+  struct Record {
+    detail::record_t<Gate> gate;
+    Moments<T> gate_out;
+    detail::record_t<Value> value;
+    Moments<T> value_out;
+  };
+
+  /// The output for a validated `in`, and the record of the pass.
+  std::pair<Moments<T>, Record> record(const Moments<T>& in) const {
+    auto [a, gate_record] = detail::record(gate_, in);
+    auto [b, value_record] = detail::record(value_, in);
+    Moments<T> out = this->checked(name, combine(a, b));
+    return {std::move(out), Record{std::move(gate_record), a, std::move(value_record), b}};
+  }
+
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
-    const Moments<T> a = gate_.forward(in), b = value_.forward(in);
-    const GradMoments<T> through_gate = gate_.backward(in, scaled(g, b));
-    const GradMoments<T> through_value = value_.backward(in, scaled(g, a));
+    return backward_recorded_impl(record(in).second, g);
+  }
+
+  GradMoments<T> backward_recorded_impl(const Record& r, const GradMoments<T>& g) const {
+    const Moments<T>& a = r.gate_out;
+    const Moments<T>& b = r.value_out;
+    const GradMoments<T> to_gate = scaled(g, b);
+    require_grad_moments(Gate::name, to_gate);
+    const GradMoments<T> through_gate = detail::backward_recorded(gate_, r.gate, to_gate);
+    const GradMoments<T> to_value = scaled(g, a);
+    require_grad_moments(Value::name, to_value);
+    const GradMoments<T> through_value = detail::backward_recorded(value_, r.value, to_value);
     GradMoments<T> out;
     out.var = through_gate.var + through_value.var;
     out.corr_len = math::ratio_or(through_gate.cov_len() + through_value.cov_len(), out.var, 0);
@@ -73,6 +99,11 @@ class Gated : public Component<Gated<T, Gate, Value>, T> {
 
   /// The worse of the two branches' validity measures.
   Domain<T> domain_impl(const Moments<T>& in) const { return gate_.domain(in).worst(value_.domain(in)); }
+
+  /// domain() from the record of the forward pass.
+  Domain<T> domain_recorded(const Record& r) const {
+    return detail::domain_recorded(gate_, r.gate).worst(detail::domain_recorded(value_, r.value));
+  }
 
  private:
   // E[x_1 x_2] from a covariance and the mean.

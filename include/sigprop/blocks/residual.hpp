@@ -13,13 +13,13 @@
 // backward_impl().
 #pragma once
 
-#include <array>
 #include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 
 #include "sigprop/core/component.hpp"
+#include "sigprop/core/record.hpp"
 #include "sigprop/core/serial.hpp"
 
 namespace sigprop {
@@ -126,12 +126,35 @@ class Residual : public Component<Residual<T, Branch>, T> {
 
   Domain<T> domain_impl(const Moments<T>& in) const { return branch_.domain(in); }
 
+  /// The record of a forward pass (core/record.hpp): the input, the
+  /// branch's record and its output.
+  struct Record {
+    Moments<T> in;
+    detail::record_t<Branch> branch;
+    Moments<T> branch_out;
+  };
+
+  /// The output for a validated `in`, and the record of the pass.
+  std::pair<Moments<T>, Record> record(const Moments<T>& in) const {
+    auto [f, branch_record] = detail::record(branch_, branch_input(in));
+    Moments<T> out = this->checked(name, sum_of(in, f));
+    return {std::move(out), Record{in, std::move(branch_record), std::move(f)}};
+  }
+
+  /// domain() from the record of the forward pass: the branch's, at its input.
+  Domain<T> domain_recorded(const Record& r) const { return detail::domain_recorded(branch_, r.branch); }
+
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
+    // The branch output is needed before the branch's backward; the record
+    // keeps it with the branch's own (one forward pass, as without the sum).
+    auto [f, branch_record] = detail::record(branch_, branch_input(in));
+    return backward_recorded_impl(Record{in, std::move(branch_record), std::move(f)}, g);
+  }
+
+  GradMoments<T> backward_recorded_impl(const Record& r, const GradMoments<T>& g) const {
     const T skip2 = skip_scale_ * skip_scale_, branch2 = branch_scale_ * branch_scale_;
-    // The branch output is needed before the branch's backward; a chain
-    // keeps its forward states for it (one forward pass, as without the sum).
-    const auto states = forward_states(in);
-    const Moments<T>& f = states.back();
+    const Moments<T>& in = r.in;
+    const Moments<T>& f = r.branch_out;
     // Alignment of g (at the sum s) with a direction at cos^2 = c to s: the
     // direction of s holds a_s of the isotropic share, the complement is
     // taken isotropic, so c a_s + (1 - c); c = a/(a + b) for the skip x,
@@ -147,7 +170,7 @@ class Residual : public Component<Residual<T, Branch>, T> {
     const T nu_sum = norm_var_ratio_of(sum_of(in, f));
     const T coupling_in = skip_share * math::ratio_or(norm_var_ratio_of(in), nu_sum, 0) * norm_coupling_of(g);
     to_branch.norm_coupling = coupling_in;
-    const GradMoments<T> through = branch_backward(in, states, to_branch);
+    const GradMoments<T> through = detail::backward_recorded(branch_, r.branch, to_branch);
     const T skip_part = skip2 * g.var, branch_part = branch2 * through.var;
     GradMoments<T> out;
     out.var = skip_part + branch_part + skip_branch_cross(g.var, along_sum, math::ratio_or(b, a + b, 0));
@@ -179,22 +202,6 @@ class Residual : public Component<Residual<T, Branch>, T> {
   }
 
  private:
-  auto forward_states(const Moments<T>& in) const {
-    if constexpr (is_serial_v<Branch>) return branch_.forward_all(branch_input(in));
-    else return std::array<Moments<T>, 1>{branch_.forward_trusted(branch_input(in))};
-  }
-
-  template <class States>
-  GradMoments<T> branch_backward(const Moments<T>& in, const States& states, const GradMoments<T>& g) const {
-    if constexpr (is_serial_v<Branch>) {
-      (void)in;
-      return branch_.backward_with(states, g);
-    } else {
-      (void)states;
-      return branch_.backward_trusted(branch_input(in), g);
-    }
-  }
-
   // 2 lambda beta E[g_s . J_f^T g_s]/d, the covariance of the skip and branch
   // terms of the input gradient through the branch's weights. The part of
   // g_s missing along the sum's direction (1 - a_s of isotropic) meets

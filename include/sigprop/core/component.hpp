@@ -53,22 +53,14 @@ class Component {
   /// backward() for inputs as in forward_trusted().
   GradMoments<T> backward_trusted(const Moments<T>& in, const GradMoments<T>& grad_out) const {
     self().require_input(in);
-    GradMoments<T> out = self().backward_impl(in, grad_out);
-    out.align_activation = align_activation_of(out);  // a batch left unset: 1 in every lane
-    out.align_mean = align_mean_of(out);
-    // A map that does not divide by a norm keeps the gradient's coupling to it.
-    out.norm_coupling = Derived::sets_norm_coupling ? norm_coupling_of(out) : norm_coupling_of(grad_out);
-    if (!all_finite(out.var, out.corr_len, out.align_activation, out.align_mean, out.norm_coupling)) {
-      check_result(Derived::name, "grad_var", out.var);
-      check_result(Derived::name, "grad_corr_len", out.corr_len);
-      check_result(Derived::name, "grad_align_activation", out.align_activation);
-      check_result(Derived::name, "grad_align_mean", out.align_mean);
-      check_result(Derived::name, "grad_norm_coupling", out.norm_coupling);
-    }
-    out.align_activation = math::nonnegative_or_zero(out.align_activation);
-    out.align_mean = math::nonnegative_or_zero(out.align_mean);
-    out.corr_len = math::clamp_correlation(out.corr_len);
-    return out;
+    return finished(self().backward_impl(in, grad_out), grad_out);
+  }
+
+  /// backward_trusted() of a composition from the record of its forward
+  /// pass (core/record.hpp; compositions that declare a Record).
+  template <class Record>
+  GradMoments<T> backward_recorded(const Record& r, const GradMoments<T>& grad_out) const {
+    return finished(self().backward_recorded_impl(r, grad_out), grad_out);
   }
 
   /// Validity measures of the closed forms at input `in` (validated like forward()).
@@ -128,6 +120,25 @@ class Component {
   }
 
  private:
+  // The checks and defaults every backward result gets.
+  static GradMoments<T> finished(GradMoments<T> out, const GradMoments<T>& grad_out) {
+    out.align_activation = align_activation_of(out);  // a batch left unset: 1 in every lane
+    out.align_mean = align_mean_of(out);
+    // A map that does not divide by a norm keeps the gradient's coupling to it.
+    out.norm_coupling = Derived::sets_norm_coupling ? norm_coupling_of(out) : norm_coupling_of(grad_out);
+    if (!all_finite(out.var, out.corr_len, out.align_activation, out.align_mean, out.norm_coupling)) {
+      check_result(Derived::name, "grad_var", out.var);
+      check_result(Derived::name, "grad_corr_len", out.corr_len);
+      check_result(Derived::name, "grad_align_activation", out.align_activation);
+      check_result(Derived::name, "grad_align_mean", out.align_mean);
+      check_result(Derived::name, "grad_norm_coupling", out.norm_coupling);
+    }
+    out.align_activation = math::nonnegative_or_zero(out.align_activation);
+    out.align_mean = math::nonnegative_or_zero(out.align_mean);
+    out.corr_len = math::clamp_correlation(out.corr_len);
+    return out;
+  }
+
   const Derived& self() const { return static_cast<const Derived&>(*this); }
 };
 

@@ -1,8 +1,9 @@
 // sigprop/core/serial.hpp -- composition of components, applied in order.
 //
 // Like neural-tangents' stax.serial: a fold over layers. The backward map
-// re-runs the forward pass from `in` to recover each part's input moments (a
-// part's backward map may depend on them), then walks the parts in reverse.
+// re-runs the forward pass from `in` to record each part's input moments (a
+// part's backward map may depend on them; core/record.hpp), then walks the
+// parts in reverse.
 #pragma once
 
 #include <array>
@@ -12,6 +13,7 @@
 #include <utility>
 
 #include "sigprop/core/component.hpp"
+#include "sigprop/core/record.hpp"
 
 namespace sigprop {
 
@@ -62,20 +64,40 @@ class Serial : public Component<Serial<T, Parts...>, T> {
     return grads;
   }
 
-  GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& grad_out) const {
-    return backward_from<size>(states_of(in), grad_out);
+  /// Every part's record of its forward pass (core/record.hpp): nested
+  /// compositions keep their parts' records, so a backward replays the
+  /// forward pass once.
+  using Record = std::tuple<detail::record_t<Parts>...>;
+
+  /// The output for a validated `in`, and the record of the pass.
+  std::pair<Moments<T>, Record> record(const Moments<T>& in) const {
+    Record r{};
+    const Moments<T> out = record_from<0>(in, r);
+    return {this->checked(name, out), r};
   }
 
-  /// backward() given forward_all(in) already computed (saves a forward pass).
-  GradMoments<T> backward_with(const std::array<Moments<T>, size + 1>& states, const GradMoments<T>& grad_out) const {
-    require_grad_moments(name, grad_out);
-    return backward_from<size>(states, grad_out);
+  GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& grad_out) const {
+    Record r{};
+    record_from<0>(in, r);
+    return backward_recorded_impl(r, grad_out);
+  }
+
+  GradMoments<T> backward_recorded_impl(const Record& r, const GradMoments<T>& grad_out) const {
+    return backward_recorded_from<size>(r, grad_out);
   }
 
   /// The worst validity measures over the parts, each at its own input.
   Domain<T> domain_impl(const Moments<T>& in) const {
     if constexpr (exact_forms) return Domain<T>::zero_like(in.var);  // no forward pass needed
-    return domain_from<0>(states_of(in), Domain<T>::zero_like(in.var));
+    Record r{};
+    record_from<0>(in, r);
+    return domain_recorded(r);
+  }
+
+  /// domain() from the record of the forward pass.
+  Domain<T> domain_recorded(const Record& r) const {
+    const Domain<T> first = detail::domain_recorded(std::get<0>(parts_), std::get<0>(r));
+    return domain_recorded_from<1>(r, Domain<T>::zero_like(first.score_var).worst(first));
   }
 
  private:
@@ -101,10 +123,29 @@ class Serial : public Component<Serial<T, Parts...>, T> {
     }
   }
 
+  // Parts I.. from input x: fills their records, returns the output.
   template <std::size_t I>
-  Domain<T> domain_from(const std::array<Moments<T>, size + 1>& states, const Domain<T>& acc) const {
+  Moments<T> record_from(const Moments<T>& x, Record& r) const {
+    if constexpr (I == size) {
+      return x;
+    } else {
+      auto [out, part_record] = detail::record(std::get<I>(parts_), x);
+      std::get<I>(r) = std::move(part_record);
+      return record_from<I + 1>(out, r);
+    }
+  }
+
+  template <std::size_t I>
+  Domain<T> domain_recorded_from(const Record& r, const Domain<T>& acc) const {
     if constexpr (I == size) return acc;
-    else return domain_from<I + 1>(states, acc.worst(std::get<I>(parts_).domain(states[I])));
+    else return domain_recorded_from<I + 1>(r, acc.worst(detail::domain_recorded(std::get<I>(parts_), std::get<I>(r))));
+  }
+
+  // Gradient at the input of part I-1 .. 0 from the records, given the gradient at the output of part I-1.
+  template <std::size_t I>
+  GradMoments<T> backward_recorded_from(const Record& r, const GradMoments<T>& g) const {
+    if constexpr (I == 0) return g;
+    else return backward_recorded_from<I - 1>(r, detail::backward_recorded(std::get<I - 1>(parts_), std::get<I - 1>(r), g));
   }
 
   template <std::size_t I>
@@ -113,14 +154,6 @@ class Serial : public Component<Serial<T, Parts...>, T> {
       grads[I - 1] = std::get<I - 1>(parts_).backward_trusted(states[I - 1], grads[I]);
       fill_grads<I - 1>(states, grads);
     }
-  }
-
-  // Gradient at the input of part I-1 .. 0, given the gradient at the output of part I-1.
-  template <std::size_t I>
-  GradMoments<T> backward_from(const std::array<Moments<T>, size + 1>& states,
-                               const GradMoments<T>& g) const {
-    if constexpr (I == 0) return g;
-    else return backward_from<I - 1>(states, std::get<I - 1>(parts_).backward_trusted(states[I - 1], g));
   }
 
   std::tuple<Parts...> parts_;

@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>
@@ -157,13 +159,14 @@ const auto& residual_of(const Sub& sub) {
   else return sub;
 }
 
-// Forward through a sublayer, keeping the branch variance and Admin's
-// beta_{i,i}^2 of its residual sum: the branch is evaluated once and
-// combined by Residual::combine, as Residual::forward does.
+// Forward through a sublayer, keeping the branch variance, Admin's
+// beta_{i,i}^2 of its residual sum and the validity measures: all from one
+// recorded forward pass (core/record.hpp).
 template <class T>
 struct SublayerForward {
   Moments<T> out;
   T branch_var, residual_share;
+  Domain<T> domain;
 };
 
 // A composed sublayer's output given its residual sum: the sum itself, or
@@ -174,17 +177,35 @@ Moments<T> after_residual(const Sub& sub, const Moments<T>& sum) {
   else return sum;
 }
 
+// The record (core/record.hpp) of a composed sublayer's residual stage.
+template <class Sub>
+const auto& residual_record_of(const detail::record_t<Sub>& record) {
+  if constexpr (is_serial_v<Sub>) return std::get<0>(record);
+  else return record;
+}
+
+// A composed sublayer's residual sum given its record and output: the
+// output, or in Post-LN the input of the LayerNorm that follows it.
+template <class T, class Sub>
+const Moments<T>& residual_sum_of(const detail::record_t<Sub>& record, const Moments<T>& out) {
+  if constexpr (is_serial_v<Sub>) return std::get<1>(record);
+  else return out;
+}
+
 template <class T, class W, class Block>
 SublayerForward<T> sublayer_forward(const StackShape<T>& s, const W& w, Sublayer which, Block block,
                                     const Moments<T>& x) {
   return with_sublayer(s, w, which, std::move(block), [&](const auto& sub) {
+    using Sub = std::decay_t<decltype(sub)>;
+    const auto pass = detail::record(sub, x);  // x: a validated input or a checked output
     const auto& res = residual_of<T>(sub);
-    const Moments<T> f = res.branch().forward(res.branch_input(x));
-    const Moments<T> sum = res.combine(x, f);
+    const Moments<T>& f = residual_record_of<Sub>(pass.second).branch_out;
     SublayerForward<T> r;
-    r.out = after_residual<T>(sub, sum);
+    r.out = pass.first;
     r.branch_var = f.var;
-    r.residual_share = math::ratio_or(res.branch_scale() * res.branch_scale() * f.var, sum.var, 0);
+    r.residual_share = math::ratio_or(res.branch_scale() * res.branch_scale() * f.var,
+                                      residual_sum_of<T, Sub>(pass.second, pass.first).var, 0);
+    r.domain = detail::domain_recorded(sub, pass.second);
     return r;
   });
 }
@@ -272,13 +293,11 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
   t.rows[0].branch_var = t.rows[0].residual_share = 0 * input.var;
   for (std::size_t n = 0; n < N; ++n) {
     const W& w = layers[n];
-    const auto domain = [](const Moments<T>& x) {
-      return [&x](const auto& sub) { return sub.domain(x); };
-    };
     const auto record = [](BasicTraceRow<T>& row, const SublayerForward<T>& f) {
       row.forward = f.out;
       row.branch_var = f.branch_var;
       row.residual_share = f.residual_share;
+      row.domain = f.domain;
     };
     t.mid[n].layer = n + 1;
     const auto forward_of = [&](Sublayer which, const Moments<T>& x) {
@@ -287,11 +306,9 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
       });
     };
     record(t.mid[n], forward_of(Sublayer::attention, t.rows[n].forward));
-    t.mid[n].domain = on_sublayer<Activation>(s, w, Sublayer::attention, domain(t.rows[n].forward));
     t.rows[n + 1].layer = n + 1;
     record(t.rows[n + 1], forward_of(Sublayer::ffn, t.mid[n].forward));
-    t.rows[n + 1].domain =
-        t.mid[n].domain.worst(on_sublayer<Activation>(s, w, Sublayer::ffn, domain(t.mid[n].forward)));
+    t.rows[n + 1].domain = t.mid[n].domain.worst(t.rows[n + 1].domain);
   }
   t.output = t.rows[N];
   t.rows[N].backward = top;
