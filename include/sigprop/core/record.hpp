@@ -3,9 +3,10 @@
 //
 // A backward map needs the forward input moments of every part it goes
 // through (core/component.hpp). A plain component's record is its input; a
-// composition (Serial, Residual) records its parts' records, so the backward
-// of nested compositions replays the forward pass once, at the top, instead
-// of once per level of nesting (docs/performance.md, "What was done").
+// composition (Serial, Residual, Gated) keeps its parts' records, so the
+// backward of nested compositions replays the forward pass once, at the
+// top, instead of once per level of nesting (docs/performance.md, "What was
+// done").
 //
 // A composition C opts in by declaring
 //
