@@ -46,21 +46,23 @@ class Component {
   /// the generic input checks are not repeated.
   Moments<T> forward_trusted(const Moments<T>& in) const {
     self().require_input(in);
-    Moments<T> out = self().forward_impl(in);
-    return checked(Derived::name, out);
+    if constexpr (Derived::results_from_parts) return self().forward_impl(in);
+    else return checked(Derived::name, self().forward_impl(in));
   }
 
   /// backward() for inputs as in forward_trusted().
   GradMoments<T> backward_trusted(const Moments<T>& in, const GradMoments<T>& grad_out) const {
     self().require_input(in);
-    return finished(self().backward_impl(in, grad_out), grad_out);
+    if constexpr (Derived::results_from_parts) return self().backward_impl(in, grad_out);
+    else return finished(self().backward_impl(in, grad_out), grad_out);
   }
 
   /// backward_trusted() of a composition from the record of its forward
   /// pass (core/record.hpp; compositions that declare a Record).
   template <class Record>
   GradMoments<T> backward_recorded(const Record& r, const GradMoments<T>& grad_out) const {
-    return finished(self().backward_recorded_impl(r, grad_out), grad_out);
+    if constexpr (Derived::results_from_parts) return self().backward_recorded_impl(r, grad_out);
+    else return finished(self().backward_recorded_impl(r, grad_out), grad_out);
   }
 
   /// Validity measures of the closed forms at input `in` (validated like forward()).
@@ -88,6 +90,12 @@ class Component {
 
   /// Whether the map acts entry by entry (its output has the input's width).
   static constexpr bool elementwise = false;
+
+  /// Whether forward_impl returns a part's checked output and backward_impl
+  /// a part's finished gradient unchanged (Serial: its last part's output,
+  /// its first part's gradient), so the checks and defaults, which are
+  /// idempotent, need not run again.
+  static constexpr bool results_from_parts = false;
 
   /// Extra input preconditions of a component (none by default).
   void require_input(const Moments<T>&) const {}
