@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <any>
 #include <cstddef>
 #include <string>
 #include <tuple>
@@ -192,12 +193,30 @@ const Moments<T>& residual_sum_of(const detail::record_t<Sub>& record, const Mom
   else return out;
 }
 
+// The records of one kind of sublayer's forward passes, one per layer, kept
+// for the backward pass: a std::vector of the composed sublayer's record
+// type (core/record.hpp), which with_sublayer and with_block choose at run
+// time, hence the std::any (one allocation per trace and kind of sublayer).
+struct SublayerRecords {
+  std::any records;
+  std::size_t layers = 0;  // reserved on first use
+};
+
+template <class Sub>
+std::vector<detail::record_t<Sub>>& records_of(SublayerRecords& store) {
+  using Records = std::vector<detail::record_t<Sub>>;
+  if (!store.records.has_value()) store.records.emplace<Records>().reserve(store.layers);
+  return *std::any_cast<Records>(&store.records);
+}
+
+// The forward pass of a sublayer; with `records`, its record is appended
+// to them.
 template <class T, class W, class Block>
 SublayerForward<T> sublayer_forward(const StackShape<T>& s, const W& w, Sublayer which, Block block,
-                                    const Moments<T>& x) {
+                                    const Moments<T>& x, SublayerRecords* records = nullptr) {
   return with_sublayer(s, w, which, std::move(block), [&](const auto& sub) {
     using Sub = std::decay_t<decltype(sub)>;
-    const auto pass = detail::record(sub, x);  // x: a validated input or a checked output
+    auto pass = detail::record(sub, x);  // x: a validated input or a checked output
     const auto& res = residual_of<T>(sub);
     const Moments<T>& f = residual_record_of<Sub>(pass.second).branch_out;
     SublayerForward<T> r;
@@ -206,6 +225,7 @@ SublayerForward<T> sublayer_forward(const StackShape<T>& s, const W& w, Sublayer
     r.residual_share = math::ratio_or(res.branch_scale() * res.branch_scale() * f.var,
                                       residual_sum_of<T, Sub>(pass.second, pass.first).var, 0);
     r.domain = detail::domain_recorded(sub, pass.second);
+    if (records) records_of<Sub>(*records).push_back(std::move(pass.second));
     return r;
   });
 }
@@ -291,6 +311,7 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
   t.rows[0].forward = input;
   t.rows[0].domain = Domain<T>::zero_like(input.var);
   t.rows[0].branch_var = t.rows[0].residual_share = 0 * input.var;
+  SublayerRecords attention_records{{}, N}, ffn_records{{}, N};  // for the backward pass
   for (std::size_t n = 0; n < N; ++n) {
     const W& w = layers[n];
     const auto record = [](BasicTraceRow<T>& row, const SublayerForward<T>& f) {
@@ -301,8 +322,9 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
     };
     t.mid[n].layer = n + 1;
     const auto forward_of = [&](Sublayer which, const Moments<T>& x) {
+      SublayerRecords* records = which == Sublayer::attention ? &attention_records : &ffn_records;
       return with_block<Activation>(s, w, which, [&](auto block) {
-        return sublayer_forward(s, w, which, std::move(block), x);
+        return sublayer_forward(s, w, which, std::move(block), x, records);
       });
     };
     record(t.mid[n], forward_of(Sublayer::attention, t.rows[n].forward));
@@ -322,12 +344,16 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
   t.output.backward = top;
   for (std::size_t n = N; n-- > 0;) {
     const W& w = layers[n];
-    const auto bwd = [](const Moments<T>& x, const GradMoments<T>& g) {
-      return [&x, &g](const auto& sub) { return sub.backward(x, g); };
+    // The backward maps from the forward passes' records (no replay); the
+    // gradients are checked outputs or the validated `top`.
+    const auto bwd = [n](SublayerRecords& records, const GradMoments<T>& g) {
+      return [&records, n, &g](const auto& sub) {
+        using Sub = std::decay_t<decltype(sub)>;
+        return detail::backward_recorded(sub, records_of<Sub>(records)[n], g);
+      };
     };
-    t.mid[n].backward = on_sublayer<Activation>(s, w, Sublayer::ffn, bwd(t.mid[n].forward, t.rows[n + 1].backward));
-    t.rows[n].backward =
-        on_sublayer<Activation>(s, w, Sublayer::attention, bwd(t.rows[n].forward, t.mid[n].backward));
+    t.mid[n].backward = on_sublayer<Activation>(s, w, Sublayer::ffn, bwd(ffn_records, t.rows[n + 1].backward));
+    t.rows[n].backward = on_sublayer<Activation>(s, w, Sublayer::attention, bwd(attention_records, t.mid[n].backward));
   }
   return t;
 }
