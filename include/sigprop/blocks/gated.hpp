@@ -98,7 +98,7 @@ class Gated : public Component<Gated<T, Gate, Value>, T> {
   }
 
   /// The worse of the two branches' validity measures.
-  Domain<T> domain_impl(const Moments<T>& in) const { return gate_.domain(in).worst(value_.domain(in)); }
+  Domain<T> domain_impl(const Moments<T>& in) const { return gate_.domain_trusted(in).worst(value_.domain_trusted(in)); }
 
   /// domain() from the record of the forward pass.
   Domain<T> domain_recorded(const Record& r) const {

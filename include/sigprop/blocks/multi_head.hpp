@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "sigprop/core/component.hpp"
+#include "sigprop/core/record.hpp"
 
 namespace sigprop {
 
@@ -43,8 +44,32 @@ class MultiHead : public Component<MultiHead<T, Head>, T> {
   /// hidden_spread of the concatenation when the head provides them
   /// (attention: the heads share the softmax-weighted input,
   /// components/attention.hpp).
-  Moments<T> forward_impl(const Moments<T>& in) const {
-    Moments<T> out = head_.forward_trusted(in);
+  Moments<T> forward_impl(const Moments<T>& in) const { return of_heads(in, head_.forward_trusted(in)); }
+
+  Domain<T> domain_impl(const Moments<T>& in) const { return head_.domain_trusted(in); }
+
+  GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
+    return of_heads(head_.backward_trusted(in, g));
+  }
+
+  /// The record of a forward pass (core/record.hpp): the head's.
+  using Record = detail::record_t<Head>;
+
+  /// The output for a validated `in`, as forward_trusted() gives it, and the record.
+  std::pair<Moments<T>, Record> record(const Moments<T>& in) const {
+    auto [one, r] = detail::record(head_, in);
+    return {this->checked(name, of_heads(in, one)), std::move(r)};
+  }
+
+  GradMoments<T> backward_recorded_impl(const Record& r, const GradMoments<T>& g) const {
+    return of_heads(detail::backward_recorded(head_, r, g));
+  }
+
+  Domain<T> domain_recorded(const Record& r) const { return detail::domain_recorded(head_, r); }
+
+ private:
+  // The concatenation's moments from one head's output.
+  Moments<T> of_heads(const Moments<T>& in, Moments<T> out) const {
     if constexpr (detail::heads_norm_var_ratio<Head>::value) {
       out.norm_var_ratio = head_.norm_var_ratio_of_heads(in, heads_);
       out.hidden_spread = head_.hidden_spread_of_heads(in, heads_);
@@ -52,15 +77,12 @@ class MultiHead : public Component<MultiHead<T, Head>, T> {
     return out;
   }
 
-  Domain<T> domain_impl(const Moments<T>& in) const { return head_.domain(in); }
-
-  GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
-    GradMoments<T> one = head_.backward_trusted(in, g);
+  // The input gradient from one head's: H uncorrelated contributions.
+  GradMoments<T> of_heads(GradMoments<T> one) const {
     one.var = heads_ * one.var;
     return one;
   }
 
- private:
   Head head_;
   T heads_;
 };

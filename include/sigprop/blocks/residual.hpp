@@ -124,7 +124,7 @@ class Residual : public Component<Residual<T, Branch>, T> {
 
  public:
 
-  Domain<T> domain_impl(const Moments<T>& in) const { return branch_.domain(in); }
+  Domain<T> domain_impl(const Moments<T>& in) const { return branch_.domain_trusted(in); }
 
   /// The record of a forward pass (core/record.hpp): the input, the
   /// branch's record and its output.

@@ -142,6 +142,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <utility>
 
 #include "sigprop/components/detail/rotary.hpp"
 #include "sigprop/components/detail/softmax_concentration.hpp"
@@ -267,13 +268,36 @@ class Attention : public Component<Attention<T>, T> {
 
   /// Validity measures (core/domain.hpp): the score variance, the weight
   /// E[sum_k P_ik^2] = F_var / L of the keys attended, and c sigma^4.
-  Domain<T> domain_impl(const Moments<T>& in) const {
-    const AttentionTerms<T> a = terms_of(in);
+  Domain<T> domain_impl(const Moments<T>& in) const { return domain_with(terms_of(in)); }
+
+  Moments<T> forward_impl(const Moments<T>& in) const { return forward_from_terms(in, terms_of(in)); }
+
+  /// The record of a forward pass (core/record.hpp): the input and its
+  /// terms, which the backward map and the validity measures reuse (a
+  /// trace's backward pass comes long after the memo's entry is gone).
+  struct Record {
+    Moments<T> in;
+    AttentionTerms<T> terms;
+  };
+
+  /// The output for a validated `in`, as forward_trusted() gives it, and the record.
+  std::pair<Moments<T>, Record> record(const Moments<T>& in) const {
+    Record r{in, terms_of(in)};
+    return {this->checked(name, forward_from_terms(in, r.terms)), r};
+  }
+
+  GradMoments<T> backward_recorded_impl(const Record& r, const GradMoments<T>& g) const {
+    return backward_with(r.in, r.terms, softmax_sums(r.terms), g);
+  }
+
+  Domain<T> domain_recorded(const Record& r) const { return domain_with(r.terms); }
+
+ private:
+  Domain<T> domain_with(const AttentionTerms<T>& a) const {
     return {a.score_var, a.weight_sq / seq_len_, a.width_term};
   }
 
-  Moments<T> forward_impl(const Moments<T>& in) const {
-    const AttentionTerms<T> a = terms_of(in);
+  Moments<T> forward_from_terms(const Moments<T>& in, const AttentionTerms<T>& a) const {
     const SoftmaxSums<T> s = softmax_sums(a);
     Moments<T> out = forward_with(a, s);
     out.norm_var_ratio = norm_var_ratio_with(in, a, s, T(0 * in.var + 1));  // one head
@@ -281,6 +305,8 @@ class Attention : public Component<Attention<T>, T> {
     out.linear_share = linear_share_with(in, a, s, out);
     return out;
   }
+
+ public:
 
   /// The share of the output's position-specific variance that is linear in
   /// the input's own row within one sequence, times the input's own

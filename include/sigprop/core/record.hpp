@@ -63,7 +63,7 @@ GradMoments<T> backward_recorded(const C& c, const record_t<C>& r, const GradMom
 template <class C>
 auto domain_recorded(const C& c, const record_t<C>& r) {
   if constexpr (has_record<C>::value) return c.domain_recorded(r);
-  else return c.domain(r);
+  else return c.domain_trusted(r);
 }
 
 }  // namespace sigprop::detail
