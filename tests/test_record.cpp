@@ -2,6 +2,7 @@
 // compositions evaluates each part's forward map once, and the recorded maps
 // are the public ones, bit for bit, for the sublayers the stacks build.
 #include <cstddef>
+#include <tuple>
 
 #include "catch.hpp"
 #include "sigprop/sigprop.hpp"
@@ -110,6 +111,28 @@ TEST_CASE("record: recorded maps equal the public ones for the stacks' sublayers
   SECTION("Post-LN: serial(residual(block), LayerNorm)") {
     check_recorded_maps(serial(residual(attention(), 0.9, 0.4), LayerNorm<double>(d)), x, g);
     check_recorded_maps(serial(residual(ffn(), 0.9, 0.4), LayerNorm<double>(d)), x, g);
+  }
+  SECTION("parts with records of their own: Attention and MultiHead (the softmax terms), LayerNorm (its angle)") {
+    const auto head = [&](auto one) {
+      using T = decltype(one);
+      return Attention<T>(T(0 * one + d), T(0 * one + d / 4), T(0 * one + L), T(0 * one + 1 / d),
+                          T(0 * one + 1 / d), T(0 * one + 1 / d), T(0 * one + p));
+    };
+    check_recorded_maps(head(1.0), x, g);
+    check_recorded_maps(multi_head(head(1.0), 4.0), x, g);
+    check_recorded_maps(LayerNorm<double>(d), x, g);
+    using B = BatchChunk;
+    const B lanes = B::LinSpaced(0.5, 2.0);
+    const Moments<B> xb{B::Constant(0.05), lanes, B::LinSpaced(-0.3, 0.95), B::Constant(0.02)};
+    const GradMoments<B> gb{B::Constant(0.7), B::Constant(0.15)};
+    check_recorded_maps(head(B(B::Ones())), xb, gb);
+    check_recorded_maps(multi_head(head(B(B::Ones())), B(B::Constant(4))), xb, gb);
+    check_recorded_maps(LayerNorm<B>(B::Constant(d)), xb, gb);
+    // The record's input is the pass's input, at every level of nesting.
+    const auto sublayer = serial(residual(attention(), 0.9, 0.4), LayerNorm<double>(d));
+    const auto pass = detail::record(sublayer, x);
+    CHECK(detail::recorded_input(pass.second).var == x.var);
+    CHECK(detail::recorded_input(std::get<1>(pass.second)).var == sublayer.part<0>().forward(x).var);
   }
   SECTION("Llama: residual(serial(RMSNorm, SwiGLU block)), scalar and a batch of 8") {
     const auto sublayer = [](auto one) {

@@ -60,6 +60,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include <boost/math/constants/constants.hpp>
 #include <boost/math/policies/policy.hpp>
@@ -423,11 +424,38 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
                              "[-1, 1) (r^d = 1 makes every position constant)");
   }
 
-  Moments<T> forward_impl(const Moments<T>& in) const {
+  Moments<T> forward_impl(const Moments<T>& in) const { return forward_with(in, angle(in.corr_len)); }
+
+  GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
+    return backward_with(in, angle(in.corr_len), g);
+  }
+
+  /// The record of a forward pass (core/record.hpp): the input and F, F' at
+  /// its length correlation, which the backward map reuses.
+  struct Record {
+    Moments<T> in;
+    detail::LayerNormAngle<T> angle;
+  };
+
+  /// The output for a validated `in`, as forward_trusted() gives it, and the record.
+  std::pair<Moments<T>, Record> record(const Moments<T>& in) const {
+    require_input(in);
+    Record r{in, angle(in.corr_len)};
+    return {this->checked(name, forward_with(in, r.angle)), r};
+  }
+
+  GradMoments<T> backward_recorded_impl(const Record& r, const GradMoments<T>& g) const {
+    return backward_with(r.in, r.angle, g);
+  }
+
+  Domain<T> domain_recorded(const Record& r) const { return this->domain_impl(r.in); }  // exact forms
+
+ private:
+  Moments<T> forward_with(const Moments<T>& in, const detail::LayerNormAngle<T>& a) const {
     Moments<T> out;
     out.mean = 0 * in.mean;
     out.var = 0 * in.mean + 1;
-    out.corr_len = corr_len_map(in.corr_len);
+    out.corr_len = a.corr;
     out.corr_dim = -1 / (d_ - 1) + 0 * in.mean;
     out.norm_var_ratio = 0 * in.mean;
     out.hidden_spread = spread::normalized(in, d_);  // core/hidden_spread.hpp
@@ -435,7 +463,8 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
     return out;
   }
 
-  GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
+  GradMoments<T> backward_with(const Moments<T>& in, const detail::LayerNormAngle<T>& a,
+                               const GradMoments<T>& g) const {
     const T centered_var = in.var * (1 - in.corr_dim);  // per-coordinate variance after centering
     const T slope_at_one = (d_ - 2) / (d_ - 3);         // F'(1) = (k - 1)/(k - 2)
     // E|P g|^2/(d Var[g]) times d E[1/Q] (see the header comment)
@@ -448,7 +477,7 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
     // with Cov[log |g_i|^2, log(m/Q_i)] = c (the header comment).
     out.var = g.var * (d_ - aligned) * detail::inverse_norm_factor(nu, T(d_ - 1)) * exp(coupling) /
               ((d_ - 1) * centered_var);
-    out.corr_len = g.corr_len * grad_corr_factor(in.corr_len) / slope_at_one;
+    out.corr_len = g.corr_len * a.slope / slope_at_one;
     out.align_activation = 0 * g.var;
     out.align_mean = 0 * g.var;
     // g_in,i = P g_i / sd(x_i): the input gradient's log-energy gains
@@ -457,6 +486,7 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
     return out;
   }
 
+ public:
   /// Two orthogonal directions hold at most all of the energy: a_1 + a_x <= d.
   void require_aligned_energy(const T& aligned) const {
     if constexpr (!is_scalar_v<T>)

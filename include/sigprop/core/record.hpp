@@ -19,6 +19,7 @@
 // does. The functions below treat both kinds alike.
 #pragma once
 
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -44,6 +45,21 @@ struct record_type<C, true> {
 /// What `C`'s backward map needs from its forward pass.
 template <class C>
 using record_t = typename record_type<C>::type;
+
+/// The input moments of the pass that a record holds: a plain part's record
+/// itself, a record's `in`, or for a Serial's tuple its first part's input.
+template <class T>
+const Moments<T>& recorded_input(const Moments<T>& r) {
+  return r;
+}
+template <class R>
+const auto& recorded_input(const R& r) {
+  return r.in;
+}
+template <class... R>
+const auto& recorded_input(const std::tuple<R...>& r) {
+  return recorded_input(std::get<0>(r));
+}
 
 /// C's output for a validated input `in` and its record.
 template <class C, class T>

@@ -189,7 +189,7 @@ const auto& residual_record_of(const detail::record_t<Sub>& record) {
 // output, or in Post-LN the input of the LayerNorm that follows it.
 template <class T, class Sub>
 const Moments<T>& residual_sum_of(const detail::record_t<Sub>& record, const Moments<T>& out) {
-  if constexpr (is_serial_v<Sub>) return std::get<1>(record);
+  if constexpr (is_serial_v<Sub>) return detail::recorded_input(std::get<1>(record));
   else return out;
 }
 
