@@ -9,11 +9,14 @@
 //   scalar_layer_updates_per_s   one layer's full moment update -- the
 //       forward and backward maps of the attention sublayer (LayerNorm,
 //       attention block, residual) and of the FFN sublayer (LayerNorm, FFN
-//       block, residual) -- for one configuration, T = double;
-//   batched_layer_updates_per_s  the same update for B configurations (one
-//       lane each, each a different d, L, p and weight scale), evaluated as
-//       trace_batch does, in chunks of batch_chunk lanes (T = BatchChunk, a
-//       fixed-size Eigen array), counted per lane;
+//       block, residual), the backward from the forward pass's records as in
+//       the trace -- for one configuration, T = double; the B configurations
+//       below are updated one after the other;
+//   batched_layer_updates_per_s  the same update for the B configurations
+//       (one lane each, each a different d, L, p, weight scale and input
+//       correlation), evaluated as trace_batch does, in chunks of
+//       batch_chunk lanes (T = BatchChunk, a fixed-size Eigen array),
+//       counted per lane;
 //   stack192_trace_us            sigprop::trace of the whole N-layer model
 //       (forward, backward and the domain-of-validity measures of every layer);
 //   montecarlo192_ms             one forward and backward pass of the same
@@ -23,11 +26,13 @@
 // take at least 50 ms. docs/performance.md records the numbers and what bounds them.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "sigprop/models/schemes.hpp"
@@ -87,13 +92,63 @@ struct LayerUpdate {
                                     T(weights.attn_skip), T(weights.attn_branch));
     const auto ffn = residual(serial(LayerNorm<T>(shape.d), detail::make_ffn_block<Relu<T>>(shape, weights)),
                               T(weights.ffn_skip), T(weights.ffn_branch));
-    const Moments<T> mid = attention.forward(input);
-    const Moments<T> out = ffn.forward(mid);
-    const GradMoments<T> g_mid = ffn.backward(mid, grad_top);
-    const GradMoments<T> g_in = attention.backward(input, g_mid);
-    return T(out.var + g_in.var);
+    // As the trace does: each sublayer's forward pass keeps its record
+    // (core/record.hpp), from which the backward pass runs.
+    require_moments("benchmark", input);
+    const auto mid = detail::record(attention, input);
+    const auto out = detail::record(ffn, mid.first);
+    const GradMoments<T> g_mid = detail::backward_recorded(ffn, out.second, grad_top);
+    const GradMoments<T> g_in = detail::backward_recorded(attention, mid.second, g_mid);
+    return T(out.first.var + g_in.var);
   }
 };
+
+template <class T>
+T floor_of(const T& x) {
+  if constexpr (std::is_same_v<T, double>) return std::floor(x);
+  else return x.floor();
+}
+
+template <class T>
+T constant(double v) {
+  if constexpr (std::is_same_v<T, double>) return v;
+  else return T::Constant(v);
+}
+
+// The layer updates of `lanes` configurations, lane i with width
+// d (1 + floor(4 t)), length L (1 + floor(8 t)), dropout 0.3 t, weight scale
+// 0.5 + t and input length correlation 0.9 t, t = i / lanes; one update per
+// lane for T = double, one per chunk of batch_chunk lanes for T = BatchChunk.
+template <class T>
+std::vector<LayerUpdate<T, BatchLayerWeights<T>>> layer_updates(const ModelConfig& c, const LayerWeights& w,
+                                                               const Moments<double>& x,
+                                                               const GradMoments<double>& top,
+                                                               std::size_t lanes) {
+  constexpr std::size_t width = std::is_same_v<T, double> ? 1 : static_cast<std::size_t>(batch_chunk);
+  std::vector<LayerUpdate<T, BatchLayerWeights<T>>> updates;
+  for (std::size_t start = 0; start < lanes; start += width) {
+    T t;
+    if constexpr (std::is_same_v<T, double>) t = static_cast<double>(start) / static_cast<double>(lanes);
+    else t = (T::LinSpaced(batch_chunk, 0, batch_chunk - 1) + static_cast<double>(start)) / static_cast<double>(lanes);
+    StackShape<T> s;
+    s.arch = c.arch;
+    s.d = c.d * (1 + floor_of<T>(t * 4));
+    s.heads = constant<T>(static_cast<double>(c.heads));
+    s.hidden = constant<T>(static_cast<double>(c.hidden_width()));
+    s.seq_len = c.seq_len * (1 + floor_of<T>(t * 8));
+    s.dropout = 0.3 * t;
+    const T scale = 0.5 + t;
+    const BatchLayerWeights<T> bw{scale * w.q,    scale * w.k,    scale * w.v,
+                                  scale * w.o,    scale * w.ffn1, scale * w.ffn2,
+                                  scale * w.ffn_gate,
+                                  constant<T>(w.attn_skip), constant<T>(w.attn_branch),
+                                  constant<T>(w.ffn_skip),  constant<T>(w.ffn_branch)};
+    const Moments<T> bx{constant<T>(x.mean), constant<T>(x.var), 0.9 * t, constant<T>(0)};
+    const GradMoments<T> btop{constant<T>(1), constant<T>(top.corr_len)};
+    updates.push_back({s, bw, bx, btop});
+  }
+  return updates;
+}
 
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
@@ -154,41 +209,26 @@ int main(int argc, char** argv) {
     const Moments<double> x = weights.input;
     const GradMoments<double> top{1, 0.2};
 
-    // Scalar.
-    const LayerUpdate<double, LayerWeights> scalar{detail::shape_of(c), w, x, top};
-    volatile double sink = 0;
-    const double scalar_s = seconds_per_call([&] { sink = sink + scalar(); }, repeats);
-
-    // Batched: lane i a different width, length, dropout and weight scale;
-    // evaluated in chunks of batch_chunk lanes (fixed-size arrays), as
-    // trace_batch does.
+    // The configurations: lane i of `lanes` has its own width, length,
+    // dropout, weight scale and input correlation. The scalar path updates
+    // them one at a time (T = double), the batched path in chunks of
+    // batch_chunk lanes (fixed-size arrays), as trace_batch does. Both cycle
+    // through all of them, so neither reuses a memo entry (core/memo.hpp)
+    // from the previous call: each update pays what a layer of a trace pays.
     if (lanes % batch_chunk != 0)
       usage_error("--lanes = " + std::to_string(lanes) + " is outside the valid range: a multiple of " +
                   std::to_string(batch_chunk));
-    using Chunk = BatchChunk;
-    std::vector<LayerUpdate<Chunk, BatchLayerWeights<Chunk>>> chunks;
-    for (std::size_t start = 0; start < lanes; start += batch_chunk) {
-      const Chunk lane = (Chunk::LinSpaced(0, batch_chunk - 1) + static_cast<double>(start)) / static_cast<double>(lanes);
-      StackShape<Chunk> s;
-      s.arch = c.arch;
-      s.d = c.d * (1 + (lane * 4).floor());
-      s.heads = Chunk::Constant(static_cast<double>(c.heads));
-      s.hidden = Chunk::Constant(static_cast<double>(c.hidden_width()));
-      s.seq_len = c.seq_len * (1 + (lane * 8).floor());
-      s.dropout = 0.3 * lane;
-      const Chunk scale = 0.5 + lane;
-      const BatchLayerWeights<Chunk> bw{scale * w.q,    scale * w.k,    scale * w.v,
-                                        scale * w.o,    scale * w.ffn1, scale * w.ffn2,
-                                        scale * w.ffn_gate,
-                                        Chunk::Constant(w.attn_skip), Chunk::Constant(w.attn_branch),
-                                        Chunk::Constant(w.ffn_skip),  Chunk::Constant(w.ffn_branch)};
-      const Moments<Chunk> bx{Chunk::Constant(x.mean), Chunk::Constant(x.var), 0.9 * lane, Chunk::Zero()};
-      const GradMoments<Chunk> btop{Chunk::Ones(), Chunk::Constant(top.corr_len)};
-      chunks.push_back({s, bw, bx, btop});
-    }
+    const auto scalar_updates = layer_updates<double>(c, w, x, top, lanes);
+    const auto batched_updates = layer_updates<BatchChunk>(c, w, x, top, lanes);
+    volatile double sink = 0;
+    const double scalar_s = seconds_per_call(
+        [&] {
+          for (const auto& u : scalar_updates) sink = sink + u();
+        },
+        repeats);
     const double batched_s = seconds_per_call(
         [&] {
-          for (const auto& u : chunks) sink = sink + u()(0);
+          for (const auto& u : batched_updates) sink = sink + u()(0);
         },
         repeats);
 
@@ -206,7 +246,7 @@ int main(int argc, char** argv) {
       sink = sink + sim.forward.back().var.value;
     }
 
-    const double scalar_rate = 1 / scalar_s, batched_rate = static_cast<double>(lanes) / batched_s;
+    const double scalar_rate = static_cast<double>(lanes) / scalar_s, batched_rate = static_cast<double>(lanes) / batched_s;
     if (format == "json") {
       std::printf("{\"machine\": \"%s\", \"simd\": \"%s\", \"threads\": 1, "
                   "\"model\": {\"arch\": \"pre-ln\", \"activation\": \"relu\", \"scheme\": \"dslm-simple\", "

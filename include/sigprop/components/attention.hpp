@@ -659,8 +659,9 @@ class Attention : public Component<Attention<T>, T> {
     return out;
   }
 
-  // Needed several times for one input (forward, domain, the backward's
-  // replay of the forward pass): memoized per thread (core/memo.hpp).
+  // Needed several times for one input (forward, the heads' norm
+  // fluctuation, domain, the backward's replay of the forward pass when
+  // there is no record): memoized per thread (core/memo.hpp).
   AttentionTerms<T> terms_of(const Moments<T>& in) const {
     return detail::memoized<Attention>(
         std::array<T, 14>{d_in_, d_k_, seq_len_, q_var_, k_var_, v_var_, p_, in.mean, in.var, in.corr_len,

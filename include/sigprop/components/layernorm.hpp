@@ -520,7 +520,8 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
   // series on all lanes at once where half_half would use it, the
   // recurrence (small d, |rho| > 1/sqrt 2) and rho = +-1 lane by lane.
   // Memoized per thread (core/memo.hpp): forward, the backward's replay of
-  // it and the backward's slope all ask for the same angle.
+  // it and the backward's slope all ask for the same angle (a backward from
+  // a record takes it from there).
   detail::LayerNormAngle<T> angle(const T& rho) const {
     return detail::memoized<LayerNorm>(std::array<T, 2>{d_, rho}, [&] { return compute_angle(rho); });
   }

@@ -586,7 +586,7 @@ class Silu : public Component<Silu<T>, T> {
   Moments<T> forward_impl(const Moments<T>& in) const {
     Moments<T> out = in;
     // The quadratures, memoized per thread (core/memo.hpp): the backward of a
-    // nested composition replays the forward at every level of nesting.
+    // composition called without a record replays the forward once.
     const auto moments = detail::memoized<detail::SiluForwardTag>(
         std::array<T, 4>{in.mean, in.var, in.corr_len, in.corr_dim}, [&] { return quadrature_forward(in); });
     out.mean = moments[0];

@@ -1,9 +1,11 @@
 // sigprop/core/memo.hpp -- a one-entry memo per thread for the expensive,
 // pure parts of a closed form.
 //
-// The backward map of a composition replays the forward pass to recover each
-// part's input (core/serial.hpp), so a component sees the same input several
-// times in a row: in forward(), in domain(), and once or twice in backward().
+// The backward map of a composition called without a record replays the
+// forward pass to recover each part's input (core/record.hpp), and some
+// closed forms ask for the same intermediate result twice (the attention
+// heads' norm fluctuation), so a component sees the same input several
+// times in a row.
 // memoized() returns the last result when the key (every parameter and input
 // the result depends on) is exactly equal, lane by lane, to the last one, and
 // computes it otherwise. One entry per thread and per Tag: pure and

@@ -3,12 +3,15 @@
 //
 // A backward map needs the forward input moments of every part it goes
 // through (core/component.hpp). A plain component's record is its input; a
-// composition (Serial, Residual, Gated) keeps its parts' records, so the
-// backward of nested compositions replays the forward pass once, at the
-// top, instead of once per level of nesting (docs/performance.md, "What was
-// done").
+// composition (Serial, Residual, Gated, MultiHead) keeps its parts' records,
+// so the backward of nested compositions replays the forward pass once, at
+// the top, instead of once per level of nesting, and a caller that keeps the
+// record of its forward pass (the stack trace) does not replay it at all.
+// Components whose backward reuses costly intermediate results keep those
+// too (Attention: its softmax terms; LayerNorm: F and F' at its input's
+// correlation). docs/performance.md, "What was done".
 //
-// A composition C opts in by declaring
+// A component C opts in by declaring
 //
 //   using Record = ...;
 //   std::pair<Moments<T>, Record> record(const Moments<T>& in) const;   // in validated
