@@ -1,7 +1,8 @@
 // benchmark -- how fast the closed forms are, and what they replace.
 //
 //   benchmark [--format text|json] [--lanes B] [--layers N] [--d D] [--heads H]
-//             [--seq L] [--skip-montecarlo] [--repeats R]
+//             [--seq L] [--skip-montecarlo] [--repeats R] [--calls K]
+//             [--only scalar|batched|trace]
 //
 // On one core (the process runs one thread), for one model shape (default:
 // Pre-LN, ReLU, DeepScaleLM-simple weights, d = 256, H = 4, L = 128, dropout
@@ -23,7 +24,11 @@
 //       model with random weights (montecarlo::simulate_model; two trials,
 //       the minimum it runs, divided by two): the profiling run the trace replaces.
 // Each time is the median of R repeats (default 7) of a loop long enough to
-// take at least 50 ms. docs/performance.md records the numbers and what bounds them.
+// take at least 50 ms; with --calls K, one loop of exactly K calls (to count
+// instructions under a simulator such as callgrind: K scalar updates of all
+// the configurations, K batched passes over them, K traces). --only runs one
+// of the three (the others print -1). docs/performance.md records the
+// numbers and what bounds them.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -56,9 +61,15 @@ std::size_t parse_count(const std::string& flag, const std::string& value) {
   return static_cast<std::size_t>(x);
 }
 
-// Seconds per call of f: the median over `repeats` of loops of at least 50 ms.
+// Seconds per call of f: the median over `repeats` of loops of at least 50 ms,
+// or with `calls` > 0 one loop of that many calls.
 template <class F>
-double seconds_per_call(F f, std::size_t repeats) {
+double seconds_per_call(F f, std::size_t repeats, std::size_t calls_fixed) {
+  if (calls_fixed > 0) {
+    const auto t0 = Clock::now();
+    for (std::size_t i = 0; i < calls_fixed; ++i) f();
+    return std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(calls_fixed);
+  }
   std::size_t calls = 1;
   for (;;) {  // calibrate the loop length
     const auto t0 = Clock::now();
@@ -176,8 +187,9 @@ const char* simd_level() {
 
 int main(int argc, char** argv) {
   std::string format = "text";
-  std::size_t lanes = 256, repeats = 7;  // lanes: a multiple of batch_chunk
+  std::size_t lanes = 256, repeats = 7, calls = 0;  // lanes: a multiple of batch_chunk
   bool montecarlo = true;
+  std::string only = "all";
   ModelConfig c;
   c.layers = 192;
   c.d = 256;
@@ -201,6 +213,13 @@ int main(int argc, char** argv) {
     else if (flag == "--heads") c.heads = parse_count(flag, value);
     else if (flag == "--seq") c.seq_len = parse_count(flag, value);
     else if (flag == "--repeats") repeats = parse_count(flag, value);
+    else if (flag == "--calls") calls = parse_count(flag, value);
+    else if (flag == "--only") {
+      if (value != "scalar" && value != "batched" && value != "trace")
+        usage_error("--only = " + value + " is outside the valid range {scalar, batched, trace}");
+      only = value;
+      montecarlo = false;
+    }
     else usage_error("unknown flag " + flag);
   }
   try {
@@ -221,19 +240,22 @@ int main(int argc, char** argv) {
     const auto scalar_updates = layer_updates<double>(c, w, x, top, lanes);
     const auto batched_updates = layer_updates<BatchChunk>(c, w, x, top, lanes);
     volatile double sink = 0;
-    const double scalar_s = seconds_per_call(
+    const auto runs = [&only](const char* part) { return only == "all" || only == part; };
+    const double skipped = -1;
+    const double scalar_s = !runs("scalar") ? skipped : seconds_per_call(
         [&] {
           for (const auto& u : scalar_updates) sink = sink + u();
         },
-        repeats);
-    const double batched_s = seconds_per_call(
+        repeats, calls);
+    const double batched_s = !runs("batched") ? skipped : seconds_per_call(
         [&] {
           for (const auto& u : batched_updates) sink = sink + u()(0);
         },
-        repeats);
+        repeats, calls);
 
     // The whole-stack trace.
-    const double trace_s = seconds_per_call([&] { sink = sink + trace(c, weights).output.forward.var; }, repeats);
+    const double trace_s = !runs("trace") ? skipped : seconds_per_call(
+        [&] { sink = sink + trace(c, weights).output.forward.var; }, repeats, calls);
 
     // The Monte Carlo pass it replaces.
     double mc_s = -1;
@@ -246,7 +268,10 @@ int main(int argc, char** argv) {
       sink = sink + sim.forward.back().var.value;
     }
 
-    const double scalar_rate = static_cast<double>(lanes) / scalar_s, batched_rate = static_cast<double>(lanes) / batched_s;
+    const auto rate = [lanes](double s) { return s > 0 ? static_cast<double>(lanes) / s : -1.0; };
+    const double scalar_rate = rate(scalar_s), batched_rate = rate(batched_s);
+    const double speedup = scalar_rate > 0 && batched_rate > 0 ? batched_rate / scalar_rate : -1.0;
+    const double trace_us = trace_s > 0 ? trace_s * 1e6 : -1.0;
     if (format == "json") {
       std::printf("{\"machine\": \"%s\", \"simd\": \"%s\", \"threads\": 1, "
                   "\"model\": {\"arch\": \"pre-ln\", \"activation\": \"relu\", \"scheme\": \"dslm-simple\", "
@@ -255,16 +280,19 @@ int main(int argc, char** argv) {
                   "\"batched_layer_updates_per_s\": %.6g, \"batched_speedup\": %.4g, "
                   "\"stack192_trace_us\": %.6g, \"montecarlo192_ms\": %.6g}\n",
                   cpu_model().c_str(), simd_level(), c.layers, c.d, c.heads, c.seq_len, c.dropout, lanes,
-                  scalar_rate, batched_rate, batched_rate / scalar_rate, trace_s * 1e6,
-                  montecarlo ? mc_s * 1e3 : -1.0);
+                  scalar_rate, batched_rate, speedup, trace_us, montecarlo ? mc_s * 1e3 : -1.0);
     } else {
       std::printf("machine: %s, SIMD %s, one thread\n", cpu_model().c_str(), simd_level());
       std::printf("model: Pre-LN, ReLU, dslm-simple, %zu layers, d = %zu, H = %zu, L = %zu, p = %g\n", c.layers,
                   c.d, c.heads, c.seq_len, c.dropout);
-      std::printf("scalar layer updates      %12.4g /s  (%.0f ns each)\n", scalar_rate, scalar_s * 1e9);
-      std::printf("batched layer updates     %12.4g /s  (%zu lanes, %.1f ns per lane, %.2fx scalar)\n",
-                  batched_rate, lanes, batched_s * 1e9 / static_cast<double>(lanes), batched_rate / scalar_rate);
-      std::printf("%zu-layer trace            %12.4g us\n", c.layers, trace_s * 1e6);
+      const double per_lane = 1e9 / static_cast<double>(lanes);
+      if (scalar_s > 0)
+        std::printf("scalar layer updates      %12.4g /s  (%.0f ns each, %zu configurations)\n", scalar_rate,
+                    scalar_s * per_lane, lanes);
+      if (batched_s > 0)
+        std::printf("batched layer updates     %12.4g /s  (%zu lanes, %.1f ns per lane, %.2fx scalar)\n",
+                    batched_rate, lanes, batched_s * per_lane, speedup);
+      if (trace_s > 0) std::printf("%zu-layer trace            %12.4g us\n", c.layers, trace_us);
       if (montecarlo) std::printf("%zu-layer Monte Carlo pass %12.4g ms (forward + backward, one trial)\n", c.layers, mc_s * 1e3);
     }
   } catch (const std::exception& e) {
