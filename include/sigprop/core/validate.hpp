@@ -25,14 +25,21 @@ std::string range_text(const Range& range) {
   else return std::string(range);
 }
 
-// Out of line and marked cold: the checks below test the passing case inline
-// and call this only to find and report the failing lane.
+// Out of line and marked cold: the report of a failing lane.
+template <class Range>
+[[noreturn, gnu::noinline, gnu::cold]] void raise_outside(const char* function, const char* parameter, double v,
+                                                          const Range& range) {
+  raise_domain(function, parameter, v, range_text(range));
+}
+
+// Every lane of `value` must satisfy `ok`; the first that does not is
+// reported. The passing case runs inline (a comparison or two per lane; the
+// checks below test batches in one vectorized pass first).
 template <class T, class Pred, class Range>
-[[gnu::noinline, gnu::cold]] void require(const char* function, const char* parameter, const T& value, Pred ok,
-                                          const Range& range) {
+void require(const char* function, const char* parameter, const T& value, Pred ok, const Range& range) {
   for (std::size_t i = 0; i < lane_count(value); ++i) {
     const double v = static_cast<double>(lane(value, i));
-    if (!ok(v)) raise_domain(function, parameter, v, range_text(range));
+    if (!ok(v)) raise_outside(function, parameter, v, range);
   }
 }
 
