@@ -105,3 +105,61 @@ TEST_CASE("math::acos_stable on arrays is as accurate as on scalars", "[math]") 
   CHECK(worst_batched <= worst_scalar + 4 * eps);
   CHECK(worst_batched <= 16 * eps);
 }
+
+// core/select.hpp: the vectorized comparisons and selection give what the
+// scalar ?: gives, lane by lane, including NaN, signed zeros and infinities,
+// on fixed-size chunks (all lanes in packets), on dynamic arrays of odd
+// length (the last lanes by the scalar functors) and on float lanes.
+namespace {
+
+template <class T>
+void check_select_against_scalar(const T& x, const T& y) {
+  using R = typename T::Scalar;
+  const T lt = sigprop::math::select(sigprop::math::less(x, y), x, y);
+  const T le = sigprop::math::select(sigprop::math::less_equal(x, y), R(1), R(-1));
+  const T either = sigprop::math::select(
+      sigprop::math::mask_or(sigprop::math::less(x, R(0)), sigprop::math::less(y, R(0))), x / y, R(7));
+  const T stored = sigprop::math::less(R(0), x);  // a stored mask, read again
+  const T positive = sigprop::math::select(stored, x, R(0));
+  for (Eigen::Index i = 0; i < x.size(); ++i) {
+    const R xi = x(i), yi = y(i);
+    INFO("lane " << i << ": x = " << xi << ", y = " << yi);
+    const R want_lt = xi < yi ? xi : yi, want_either = (xi < 0 || yi < 0) ? xi / yi : R(7);
+    CHECK((lt(i) == want_lt || (std::isnan(lt(i)) && std::isnan(want_lt))));
+    CHECK(std::signbit(lt(i)) == std::signbit(want_lt));
+    CHECK(le(i) == (xi <= yi ? 1 : -1));
+    CHECK((either(i) == want_either || (std::isnan(either(i)) && std::isnan(want_either))));
+    CHECK(positive(i) == (xi > 0 ? xi : R(0)));
+  }
+  const bool all_below = sigprop::math::all_of(sigprop::math::less(x, y));
+  bool want_all = true;
+  for (Eigen::Index i = 0; i < x.size(); ++i) want_all = want_all && x(i) < y(i);
+  CHECK(all_below == want_all);
+}
+
+}  // namespace
+
+TEST_CASE("math::select and the masks of core/select.hpp agree with ?: lane by lane", "[math][select]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> xs = {1, -2, 0.0, -0.0, 3, nan, inf, -inf, 5, 1e-300, -7, 2, 0.5, 8, -1, 4, 6};
+  const std::vector<double> ys = {2, -3, -0.0, 0.0, 3, 1, 1, nan, -inf, 0, -7, 1, 0.25, 9, 2, -4, 6};
+  const auto n = static_cast<Eigen::Index>(xs.size());
+  const Eigen::ArrayXd x = Eigen::Map<const Eigen::ArrayXd>(xs.data(), n), y = Eigen::Map<const Eigen::ArrayXd>(ys.data(), n);
+  SECTION("fixed-size chunks of 8 lanes") {
+    using Chunk = Eigen::Array<double, 8, 1>;
+    for (Eigen::Index start = 0; start + 8 <= n; start += 4)
+      check_select_against_scalar<Chunk>(x.segment<8>(start), y.segment<8>(start));
+  }
+  SECTION("dynamic arrays of every length up to 17") {
+    for (Eigen::Index len = 1; len <= n; ++len)
+      check_select_against_scalar<Eigen::ArrayXd>(x.head(len), y.head(len));
+  }
+  SECTION("float lanes") {
+    check_select_against_scalar<Eigen::ArrayXf>(x.cast<float>(), y.cast<float>());
+  }
+  SECTION("all_of over lanes that all hold") {
+    const Eigen::Array<double, 8, 1> a = Eigen::Array<double, 8, 1>::LinSpaced(8, 0, 7);
+    CHECK(sigprop::math::all_of(sigprop::math::less(a, 8)));
+    CHECK_FALSE(sigprop::math::all_of(sigprop::math::less(a, 7)));
+  }
+}

@@ -111,7 +111,7 @@ struct GeluZeroMean {
       const T integral = math::map_lanes(q, delta, [](math::real_of<T> x, math::real_of<T> d) {
         return x > 10 ? complement_by_integral_wide(x, d) : d;
       });
-      return (q > 10).select(integral, closed);
+      return math::select(math::less(10, q), integral, closed);
     }
   }
 
@@ -160,7 +160,7 @@ struct GeluZeroMean {
     const T far = math::asin(a) - r * math::asin(ra);
     T big_a;
     if constexpr (is_scalar_v<T>) big_a = r >= 0 ? close : far;
-    else big_a = (r >= 0).select(close, far);
+    else big_a = math::select(math::less_equal(0, r), close, far);
     const T e = delta * q * q * (2 - delta) / (1 + 2 * q);
     const T t = sqrt(T(1 + e));
     const T big_b = (2 * e / (t * (1 + t)) - (q - 1) * delta * (2 - delta) / t) / sqrt(T(1 + 2 * q));

@@ -352,20 +352,21 @@ HalfHalfPair<T> half_half_series_lanes(const T& alpha, const T& x, const T& y) {
   using Real = math::real_of<T>;
   const Real eps = std::numeric_limits<Real>::epsilon() / 2;
   const T ratio_tail = x / y;  // x/(1 - x): y > 0 on these lanes
-  const auto has_width_tail = alpha > Real(1.5);
+  // The width bound only where alpha > 3/2: elsewhere its factor alpha - 3/2
+  // is set to -1, which no non-negative bound can reach.
+  const T width_factor = math::select(math::less(Real(1.5), alpha), alpha - Real(1.5), -1);
   T term = T::Ones(alpha.size()), h0 = term, diff = T::Zero(alpha.size());
-  Eigen::Array<bool, T::RowsAtCompileTime, 1, 0, T::MaxRowsAtCompileTime, 1> stopped =
-      Eigen::Array<bool, T::RowsAtCompileTime, 1, 0, T::MaxRowsAtCompileTime, 1>::Constant(alpha.size(), false);
+  T stopped = T::Zero(alpha.size());  // a mask (core/select.hpp)
   for (int n = 0; n < 100000; ++n) {
     const Real nn = static_cast<Real>(n);
     term *= (nn + Real(0.5)) * (nn + Real(0.5)) / ((nn + alpha) * (nn + 1)) * x;
-    h0 = stopped.select(h0, h0 + term);
-    diff = stopped.select(diff, diff + term * (nn + 1) / (alpha + nn + 1));
+    h0 = math::select(stopped, h0, h0 + term);
+    diff = math::select(stopped, diff, diff + term * (nn + 1) / (alpha + nn + 1));
     // term min(x/y, (n + 1 + alpha)/(alpha - 3/2)) <= eps diff, without the division
     const T bound = eps * diff;
-    stopped = stopped || (term * ratio_tail <= bound) ||
-              (has_width_tail && (term * (nn + 1 + alpha) <= bound * (alpha - Real(1.5))));
-    if (stopped.all()) return {h0, diff};
+    stopped = math::mask_or(stopped, math::mask_or(math::less_equal(term * ratio_tail, bound),
+                                                   math::less_equal(term * (nn + 1 + alpha), bound * width_factor)));
+    if (math::all_of(stopped)) return {h0, diff};
   }
   throw overflow_error("sigprop::LayerNorm: the hypergeometric series did not converge in a batch");
 }
@@ -554,7 +555,7 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
         }
       const T k = d_ - 1;
       const T corr = abs_rho * c0_ * (h.h0 - h.diff);
-      return {(rho < 0).select(-corr, corr), c0_ * (h.h0 + (k - 1) * h.diff)};
+      return {math::select(math::less(rho, 0), -corr, corr), c0_ * (h.h0 + (k - 1) * h.diff)};
     }
   }
 

@@ -564,7 +564,7 @@ class Softmax : public Component<Softmax<T>, T> {
   // x where c > 0, else y (the a -> 0 limit of a ratio), lane-wise.
   static T where_positive(const T& c, const T& x, const T& y) {
     if constexpr (is_scalar_v<T>) return c > 0 ? x : y;
-    else return (c > 0).select(x, y);
+    else return math::select(math::less(0, c), x, y);
   }
 
   static bool lane_any_nonzero(const T& x) {

@@ -11,6 +11,7 @@
 #include <boost/math/constants/constants.hpp>
 
 #include "sigprop/core/lanes.hpp"
+#include "sigprop/core/select.hpp"
 
 namespace sigprop::math {
 
@@ -56,7 +57,7 @@ template <class T>
 T nonnegative_or_zero(const T& x) {
   const real_of<T> tiny = real_of<T>(1e-30);
   if constexpr (is_scalar_v<T>) return x > tiny ? x : T(0);
-  else return (x > tiny).select(x, real_of<T>(0));
+  else return math::select(math::less(tiny, x), x, 0);
 }
 
 /// Clamp to [-1, 1], lane-wise (guards correlations against rounding).
@@ -104,11 +105,11 @@ T atan(const T& x) {
     using R = real_of<T>;
     const R pi_2 = boost::math::constants::half_pi<R>(), pi_4 = pi_2 / 2;
     const T t = x.abs();
-    const auto big = t > R(2.414213562373095049);   // tan(3 pi/8)
-    const auto mid = t > R(0.4142135623730950488);  // tan(pi/8)
-    const T y = big.select(-1 / t, mid.select((t - 1) / (t + 1), t));
-    const T result = big.select(pi_2, mid.select(T::Constant(x.size(), pi_4), R(0))) + detail::atan_reduced(y);
-    return (x < 0).select(-result, result);
+    const T big = math::less(R(2.414213562373095049), t);   // tan(3 pi/8); masks (core/select.hpp)
+    const T mid = math::less(R(0.4142135623730950488), t);  // tan(pi/8)
+    const T y = math::select(big, -1 / t, math::select(mid, (t - 1) / (t + 1), t));
+    const T result = math::select(big, pi_2, math::select(mid, pi_4, 0)) + detail::atan_reduced(y);
+    return math::select(math::less(x, 0), -result, result);
   }
 }
 
@@ -125,10 +126,10 @@ T asin(const T& x) {
     using R = real_of<T>;
     const T t = x.abs();
     const T c = ((1 - x) * (1 + x)).sqrt();
-    const auto small = t <= c;
-    const T angle = math::atan(T(small.select(t / c, c / t)));
-    const T result = small.select(angle, boost::math::constants::half_pi<R>() - angle);
-    return (x < 0).select(-result, result);
+    const T small = math::less_equal(t, c);
+    const T angle = math::atan(math::select(small, t / c, c / t));
+    const T result = math::select(small, angle, boost::math::constants::half_pi<R>() - angle);
+    return math::select(math::less(x, 0), -result, result);
   }
 }
 
@@ -159,7 +160,7 @@ template <class A, class B, class F>
 auto ratio_or(const A& a, const B& b, const F& fallback) {
   using T = plain_t<A>;
   if constexpr (is_scalar_v<T>) return b > 0 ? T(a / b) : T(fallback);
-  else return T((b > 0).select(a / b, real_of<T>(fallback)));
+  else return T(math::select(math::less(0, b), a / b, real_of<T>(fallback)));
 }
 
 /// f applied lane by lane: scalar special functions (erfc, Owen's T) on batches.
