@@ -279,6 +279,47 @@ inline double concentration_row(const ConcentrationTable& log_f, int i, int j0, 
   return w[0] * r[0] + w[1] * r[1] + w[2] * r[2] + w[3] * r[3];
 }
 
+// The seven tables of softmax_factors interleaved node by node, built at
+// compile time: a stencil's 16 nodes are then 16 reads of one row of eight
+// (the eighth unused), and the seven tables are combined at once, each in the
+// same order of operations as a read of its own table (ConcentrationPoint::read).
+struct FactorNode {
+  alignas(64) double value[8];
+};
+inline constexpr int factor_count = 7;  // log_g, log_j, slope_g, slope_j, tilt_cross, tilt_own, pair_curvature
+
+struct FactorNodes {
+  FactorNode node[concentration_table::sigma_count * concentration_table::u_count];
+};
+
+constexpr FactorNodes interleave_factor_tables() {
+  namespace table = concentration_table;
+  FactorNodes out{};
+  const double* tables[factor_count] = {table::log_g,   table::log_j,      table::slope_g,       table::slope_j,
+                                        table::tilt_cross, table::tilt_own, table::pair_curvature};
+  for (int i = 0; i < table::sigma_count * table::u_count; ++i) {
+    for (int t = 0; t < factor_count; ++t) out.node[i].value[t] = tables[t][i];
+    out.node[i].value[factor_count] = 0;
+  }
+  return out;
+}
+
+inline constexpr FactorNodes factor_nodes = interleave_factor_tables();
+
+// Eight values, one per interleaved table.
+struct FactorValues {
+  double value[8];
+};
+
+// The interleaved tables along row i, columns j0 .. j0 + 3 (concentration_row for all).
+inline FactorValues factor_row(int i, int j0, const double (&w)[4]) {
+  const FactorNode* r = factor_nodes.node + i * concentration_table::u_count + j0;
+  FactorValues out;
+  for (int t = 0; t < 8; ++t)
+    out.value[t] = w[0] * r[0].value[t] + w[1] * r[1].value[t] + w[2] * r[2].value[t] + w[3] * r[3].value[t];
+  return out;
+}
+
 // One point (a, u = ln n) of the tables: the stencil and its weights, found
 // once and read in every table that shares the grid (n beyond n_max is read
 // at the last column; the continuations are applied by the callers). The
@@ -317,6 +358,26 @@ class ConcentrationPoint {
     const double s1 = s_last * table::sigma_step, s0 = (s_last - 1) * table::sigma_step;
     const double f1 = concentration_row(t, s_last, j0_, wu_), f0 = concentration_row(t, s_last - 1, j0_, wu_);
     return f1 + (f1 - f0) * (a_ - s1 * s1) / ((s1 - s0) * (s1 + s0));
+  }
+
+  // read() of the seven interleaved tables (factor_nodes) at once.
+  FactorValues read_factors() const {
+    namespace table = concentration_table;
+    FactorValues out;
+    if (!beyond_a_) {
+      for (int t = 0; t < 8; ++t) out.value[t] = 0;
+      for (int k = 0; k < 4; ++k) {
+        const FactorValues row = factor_row(i0_ + k, j0_, wu_);
+        for (int t = 0; t < 8; ++t) out.value[t] += ws_[k] * row.value[t];
+      }
+      return out;
+    }
+    constexpr int s_last = table::sigma_count - 1;
+    const double s1 = s_last * table::sigma_step, s0 = (s_last - 1) * table::sigma_step;
+    const FactorValues f1 = factor_row(s_last, j0_, wu_), f0 = factor_row(s_last - 1, j0_, wu_);
+    for (int t = 0; t < 8; ++t)
+      out.value[t] = f1.value[t] + (f1.value[t] - f0.value[t]) * (a_ - s1 * s1) / ((s1 - s0) * (s1 + s0));
+    return out;
   }
 
  private:
@@ -458,10 +519,8 @@ SoftmaxFactors<T> softmax_factors(const T& a, const T& n) {
     double log_g, log_k, slope_g, slope_j, tilt_cross, tilt_own, pair_curvature;
   };
   const auto lane_of = [](double av, double nv, double uv) {
-    const ConcentrationPoint point(av, uv);
-    Lane l{point.read(table::log_g),          point.read(table::log_j),          point.read(table::slope_g),
-           point.read(table::slope_j),        point.read(table::tilt_cross),     point.read(table::tilt_own),
-           point.read(table::pair_curvature)};
+    const FactorValues f = ConcentrationPoint(av, uv).read_factors();  // the order of factor_nodes
+    Lane l{f.value[0], f.value[1], f.value[2], f.value[3], f.value[4], f.value[5], f.value[6]};
     if (nv > table::n_max) {
       l.tilt_cross = continued_complement(l.tilt_cross, nv);
       l.tilt_own = continued_decay(l.tilt_own, nv);
@@ -479,9 +538,11 @@ SoftmaxFactors<T> softmax_factors(const T& a, const T& n) {
             static_cast<T>(l.slope_g), static_cast<T>(l.slope_j), static_cast<T>(l.tilt_cross),
             static_cast<T>(l.tilt_own), static_cast<T>(l.pair_curvature)};
   } else {
+    // Double lanes of T's shape (a fixed-size chunk stays off the heap).
+    using Lanes = Eigen::Array<double, T::RowsAtCompileTime, 1, 0, T::MaxRowsAtCompileTime, 1>;
     const Eigen::Index size = a.size();
-    const Eigen::ArrayXd nd = n.template cast<double>(), u = nd.log();
-    Eigen::ArrayXd log_g(size), log_k(size);
+    const Lanes nd = n.template cast<double>(), u = nd.log();
+    Lanes log_g(size), log_k(size);
     SoftmaxFactors<T> out{a, a, a, a, a, a, a};  // shapes; every lane is overwritten
     for (Eigen::Index i = 0; i < size; ++i) {
       const Lane l = lane_of(static_cast<double>(a(i)), nd(i), u(i));
@@ -490,7 +551,7 @@ SoftmaxFactors<T> softmax_factors(const T& a, const T& n) {
       out.tilt_cross(i) = static_cast<R>(l.tilt_cross), out.tilt_own(i) = static_cast<R>(l.tilt_own);
       out.pair_curvature(i) = static_cast<R>(l.pair_curvature);
     }
-    Eigen::ArrayXd g = log_g.exp(), k = log_k.exp();
+    Lanes g = log_g.exp(), k = log_k.exp();
     for (Eigen::Index i = 0; i < size; ++i)
       if (nd(i) > table::n_max) g(i) = continued_factor(log_g(i), nd(i)), k(i) = continued_factor(log_k(i), nd(i));
     out.concentration = g.template cast<R>();
