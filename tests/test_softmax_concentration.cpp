@@ -534,3 +534,28 @@ TEST_CASE("Softmax factors: one stencil gives every table's own value", "[softma
   const auto chunk = softmax_factors(a4, n4);
   for (int i = 0; i < 4; ++i) CHECK(chunk.slope_j(i) == softmax_factors(a4(i), n4(i)).slope_j);
 }
+
+TEST_CASE("Softmax log concentration: log G read without forming G", "[softmax][concentration]") {
+  // softmax_log_concentration skips the exp and log of log(softmax_concentration);
+  // it may differ from that by their rounding only: at most a few eps of
+  // |log G| plus eps (log G ~ 0 where G -> 1), inside the table and beyond
+  // n_max and a_max, for double, float and batched lanes.
+  namespace d = sigprop::detail;
+  const double eps = std::numeric_limits<double>::epsilon();
+  const double as[] = {0, 0.003, 0.1, 0.7, 2.56, 9.99, 11.5}, ns[] = {2, 3.5, 128, 1e5, 1e7, 3e8, 1e12};
+  Eigen::ArrayXd a_lanes(49), n_lanes(49);
+  int k = 0;
+  for (double a : as)
+    for (double n : ns) {
+      INFO("a = " << a << ", n = " << n);
+      const double direct = d::softmax_log_concentration(a, n), via_g = std::log(d::softmax_concentration(a, n));
+      CHECK(std::abs(direct - via_g) <= 4 * eps * (std::abs(via_g) + 1));
+      CHECK(d::softmax_log_concentration(static_cast<float>(a), static_cast<float>(n)) ==
+            Approx(direct).epsilon(1e-6).margin(1e-6));
+      a_lanes(k) = a, n_lanes(k) = n, ++k;
+    }
+  const Eigen::ArrayXd batch = d::softmax_log_concentration(a_lanes, n_lanes);
+  for (int i = 0; i < 49; ++i)
+    CHECK(std::abs(batch(i) - d::softmax_log_concentration(a_lanes(i), n_lanes(i))) <=
+          4 * eps * (std::abs(batch(i)) + 1));
+}

@@ -672,7 +672,6 @@ class Attention : public Component<Attention<T>, T> {
   AttentionTerms<T> compute_terms(const Moments<T>& in) const {
     using std::exp;
     using std::expm1;
-    using std::log;
     const T& L = seq_len_;
     const T t = d_in_ * q_var_ * k_var_;
     AttentionTerms<T> a;
@@ -751,9 +750,9 @@ class Attention : public Component<Attention<T>, T> {
     // differences of step 0.1 in sigma^2 (taken at 0.1 below it).
     const T step = 0 * L + 0.1;
     const T centre = math::max_of(a.score_var, step);
-    const T log_mid = log(detail::softmax_concentration(centre, L));
-    const T log_up = log(detail::softmax_concentration(centre + step, L));
-    const T log_down = log(detail::softmax_concentration(centre - step, L));
+    const T log_mid = detail::softmax_log_concentration(centre, L);
+    const T log_up = detail::softmax_log_concentration(T(centre + step), L);
+    const T log_down = detail::softmax_log_concentration(T(centre - step), L);
     const T slope = 1 + (log_up - log_down) / (2 * step);
     const T curvature = (log_up - 2 * log_mid + log_down) / (step * step);
     const T kappa = slope * slope + curvature;

@@ -424,6 +424,43 @@ T concentration_interpolate(const ConcentrationTable& log_f, const T& a, const T
   }
 }
 
+// log f(a, n): concentration_interpolate without its exponential (beyond
+// n_max the log of the continued factor, -log1p(expm1(-log f(a, n_max)) n_max/n)).
+template <class T>
+T concentration_log_interpolate(const ConcentrationTable& log_f, const T& a, const T& n) {
+  namespace table = concentration_table;
+  const auto continued = [](double log_value, double nv) {
+    return -std::log1p(std::expm1(-log_value) * (table::n_max / nv));
+  };
+  if constexpr (is_scalar_v<T>) {
+    const double log_value = concentration_log(log_f, a, std::log(n));
+    return n > table::n_max ? continued(log_value, n) : log_value;
+  } else {
+    const T u = n.log();
+    T out(a.size());
+    for (Eigen::Index i = 0; i < a.size(); ++i) {
+      out(i) = concentration_log(log_f, a(i), u(i));
+      if (n(i) > table::n_max) out(i) = continued(out(i), n(i));
+    }
+    return out;
+  }
+}
+
+/// log G(a, n) by interpolation: the log of softmax_concentration, read
+/// without forming G (for double, float or Eigen arrays).
+template <class T>
+T softmax_log_concentration(const T& a, const T& n) {
+  using R = math::real_of<T>;
+  if constexpr (std::is_same_v<R, double>) {
+    return concentration_log_interpolate(concentration_table::log_g, a, n);
+  } else {
+    return math::map_lanes(a, n, [](R av, R nv) {
+      return static_cast<R>(
+          concentration_log_interpolate<double>(concentration_table::log_g, static_cast<double>(av), static_cast<double>(nv)));
+    });
+  }
+}
+
 /// G(a, n) by interpolation (the accuracy and the domain: see the top of this file).
 inline double softmax_concentration(double a, double n) {
   return concentration_interpolate<double>(concentration_table::log_g, a, n);
