@@ -26,7 +26,9 @@ inline void sweep_usage(std::ostream& out) {
          "ratio, whether all of them stay within the bounds, and whether any layer is\n"
          "outside the validated domain of the closed forms; then Admin's output-change\n"
          "estimate (the sum of beta_ii^2 over the sublayers) and the sensitivity (median\n"
-         "over the sublayers of N beta_ii^2 / (1 - beta_ii^2)).\n\n"
+         "over the sublayers of N beta_ii^2 / (1 - beta_ii^2)). A configuration whose\n"
+         "trace overflows (a variance beyond double's range: the design diverges) gets\n"
+         "overflow = 1 and empty figures (json: true and null) instead of stopping the sweep.\n\n"
          "Each grid flag takes a comma-separated list, and numeric ones also a range\n"
          "START:STOP:STEP (inclusive), e.g. --layers 24:192:24:\n"
          "  --scheme NAME,... (dslm): " << scheme_names(",") << "\n"
@@ -156,7 +158,7 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
 
   const char* columns[] = {"arch", "scheme", "layers", "d", "heads", "dropout", "beta2_k", "beta2_alpha",
                            "final_var", "final_corr_len", "var_min", "var_max", "grad_min", "grad_max",
-                           "grad_ratio", "within_bounds", "outside_domain", "output_change", "sensitivity"};
+                           "grad_ratio", "within_bounds", "outside_domain", "output_change", "sensitivity", "overflow"};
   const bool csv = format == "csv";
   RecordWriter records(out, csv, {std::begin(columns), std::end(columns)});
   for (std::size_t i = 0; i < points.size(); ++i) {
@@ -165,14 +167,18 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
     const bool scaled = pt.scaling.enabled || pt.scheme == Scheme::dslm || pt.scheme == Scheme::dslm_simple;
     const auto flag = [csv](bool b) { return std::string(csv ? (b ? "1" : "0") : (b ? "true" : "false")); };
     const auto text = [csv](const std::string& w) { return csv ? w : quoted(w); };
+    // An overflowed trace (the design diverges) has no figures: empty in csv, null in json.
+    const std::string missing = csv ? "" : "null";
+    const auto figure = [&](double x) { return s.overflow ? missing : exact(x); };
     const std::vector<std::string> v = {
         text(architecture_name(pt.config)), text(to_string(pt.scheme)),
         std::to_string(pt.config.layers), std::to_string(pt.config.d), std::to_string(pt.config.heads),
         exact(pt.config.dropout), scaled ? exact(pt.scaling.k) : (csv ? "" : "null"),
-        scaled ? exact(pt.scaling.alpha) : (csv ? "" : "null"), exact(s.final_var), exact(s.final_corr_len),
-        exact(s.var_min), exact(s.var_max), exact(s.grad_min), exact(s.grad_max), exact(s.grad_ratio),
-        flag(s.within_bounds), flag(s.outside_domain), exact(s.output_change),
-        csv || std::isfinite(s.sensitivity) ? exact(s.sensitivity) : "null"};  // +inf: a sublayer without skip
+        scaled ? exact(pt.scaling.alpha) : (csv ? "" : "null"), figure(s.final_var), figure(s.final_corr_len),
+        figure(s.var_min), figure(s.var_max), figure(s.grad_min), figure(s.grad_max), figure(s.grad_ratio),
+        flag(s.within_bounds), flag(s.outside_domain), figure(s.output_change),
+        s.overflow || !(csv || std::isfinite(s.sensitivity)) ? missing : exact(s.sensitivity),  // +inf: a sublayer without skip
+        flag(s.overflow)};
     records.row(v);
   }
   records.finish();

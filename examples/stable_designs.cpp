@@ -8,12 +8,13 @@
 // dslm-simple} x dropout {0, 0.1} x beta^2 = k/N^alpha with k {0.5, 1, 2, 4},
 // alpha {0.5, 1, 1.5} (applied to every scheme) through sigprop::sweep (one
 // batched trace per structure) and prints the designs that stay in the band,
-// then the closest misses.
+// then the closest misses and how many designs diverge (variance overflow).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
     if (inside == 0) std::printf("(none)\n");
     // The closest misses: the smallest worst-case log-distance outside the band.
     const auto miss = [&](std::size_t i) {
+      if (s[i].overflow) return std::numeric_limits<double>::infinity();  // diverged: no figures
       const double lo = std::log(bounds.low), hi = std::log(bounds.high);
       double m = 0;
       for (double v : {s[i].var_min, s[i].var_max, s[i].grad_min, s[i].grad_max})
@@ -107,7 +109,9 @@ int main(int argc, char** argv) {
     std::printf("\nclosest misses:\n%s", header);
     std::size_t shown = 0;
     for (std::size_t i : order)
-      if (!s[i].within_bounds && shown++ < 8) row(i);
+      if (!s[i].within_bounds && !s[i].overflow && shown++ < 8) row(i);
+    const auto diverged = std::count_if(s.begin(), s.end(), [](const SweepSummary& x) { return x.overflow; });
+    if (diverged > 0) std::printf("\n%td designs diverge (their variance overflows)\n", diverged);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stable_designs: error: %s\n", e.what());
     return 2;

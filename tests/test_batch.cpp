@@ -358,3 +358,54 @@ TEST_CASE("sweep summarizes each point like its scalar trace, and the bounds can
   bad[5].config.dropout = 1.5;
   CHECK_THROWS_WITH(sweep(bad), Catch::Contains("points[5]") && Catch::Contains("dropout = 1.5"));
 }
+
+TEST_CASE("sweep marks a diverging point and summarizes the others as without it", "[batch][sweep]") {
+  using namespace sigprop;
+  // Eleven 192-layer Pre-LN points (two chunks of 8 lanes); points 3 and 9 use
+  // Admin's skip scales, which make the Pre-LN stream variance overflow
+  // (docs/domains.md). The trace of either throws; the sweep must not.
+  std::vector<SweepPoint> points;
+  for (int i = 0; i < 11; ++i) {
+    SweepPoint p;
+    p.config.arch = Arch::pre_ln;
+    p.config.layers = 192;
+    p.config.d = 128 * (1 + i % 3);
+    p.config.heads = 4;
+    p.config.seq_len = 64;
+    p.config.dropout = 0.05 * (i % 2);
+    p.scheme = (i == 3 || i == 9) ? Scheme::admin : (i % 2 ? Scheme::dslm : Scheme::xavier);
+    points.push_back(p);
+  }
+  const SweepPoint& diverging = points[3];
+  CHECK_THROWS_AS(trace(diverging.config, initialize(diverging.config, diverging.scheme, diverging.input,
+                                                     diverging.scaling)),
+                  sigprop::overflow_error);
+  const std::vector<SweepSummary> s = sweep(points);
+  REQUIRE(s.size() == points.size());
+  std::vector<SweepPoint> rest;
+  for (int i = 0; i < 11; ++i)
+    if (i != 3 && i != 9) rest.push_back(points[static_cast<std::size_t>(i)]);
+  const std::vector<SweepSummary> alone = sweep(rest);
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    INFO("point " << i);
+    if (i == 3 || i == 9) {
+      CHECK(s[i].overflow);
+      CHECK(!s[i].within_bounds);
+      CHECK(std::isnan(s[i].final_var));
+      CHECK(std::isnan(s[i].grad_ratio));
+      CHECK_THAT(s[i].overflow_message, Catch::Contains("overflows"));
+      continue;
+    }
+    const SweepSummary& a = alone[k++];
+    CHECK(!s[i].overflow);
+    CHECK(s[i].overflow_message.empty());
+    // Exactly the figures of a sweep without the diverging points.
+    CHECK(s[i].final_var == a.final_var);
+    CHECK(s[i].final_corr_len == a.final_corr_len);
+    CHECK(s[i].grad_ratio == a.grad_ratio);
+    CHECK(s[i].var_max == a.var_max);
+    CHECK(s[i].within_bounds == a.within_bounds);
+    CHECK(std::isfinite(s[i].final_var));
+  }
+}

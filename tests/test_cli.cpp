@@ -292,7 +292,7 @@ TEST_CASE("cli: sweep prints one summary per grid point, matching the library", 
   std::string header, line;
   std::getline(lines, header);
   CHECK(header == "arch,scheme,layers,d,heads,dropout,beta2_k,beta2_alpha,final_var,final_corr_len,var_min,var_max,"
-                  "grad_min,grad_max,grad_ratio,within_bounds,outside_domain,output_change,sensitivity");
+                  "grad_min,grad_max,grad_ratio,within_bounds,outside_domain,output_change,sensitivity,overflow");
   std::vector<std::string> rows;
   while (std::getline(lines, line)) rows.push_back(line);
   CHECK(rows.size() == 2 * 2 * 2 * 2);  // arch x scheme x layers {4, 8} x dropout
@@ -316,6 +316,24 @@ TEST_CASE("cli: sweep prints one summary per grid point, matching the library", 
   const Outcome help = run({"sweep", "--help"});
   CHECK(help.status == 0);
   CHECK(help.out.find("START:STOP:STEP") != std::string::npos);
+}
+
+TEST_CASE("cli: a diverging configuration is marked overflow and the sweep goes on", "[cli][sweep]") {
+  // Admin forced onto Pre-LN: the stream variance passes 1e308 before layer 192
+  // (docs/domains.md); the same sweep point by point through the library.
+  const Outcome csv = run({"sweep", "--arch", "pre-ln", "--scheme", "admin,dslm", "--layers", "192"});
+  INFO(csv.err);
+  REQUIRE(csv.status == 0);
+  CHECK(csv.err.empty());
+  CHECK(csv.out.find("\npre-ln,admin,192,512,8,0.1,,,,,,,,,,0,0,,,1\n") != std::string::npos);
+  CHECK(csv.out.find("\npre-ln,dslm,192,512,8,0.1,2,1,1.") != std::string::npos);
+  CHECK(csv.out.find(",0\n", csv.out.find("\npre-ln,dslm,")) != std::string::npos);  // dslm: overflow = 0
+  const Outcome json = run({"sweep", "--arch", "pre-ln", "--scheme", "admin", "--layers", "192", "--format", "json"});
+  REQUIRE(json.status == 0);
+  CHECK(json.out.find("\"final_var\": null") != std::string::npos);
+  CHECK(json.out.find("\"within_bounds\": false") != std::string::npos);
+  CHECK(json.out.find("\"overflow\": true") != std::string::npos);
+  CHECK(json.out.find("nan") == std::string::npos);
 }
 
 TEST_CASE("cli: sweep rejects bad grids with status 2", "[cli][sweep][errors]") {

@@ -580,7 +580,10 @@ std::vector<Row> stack_rows() {
     SweepPoint p;
     p.config = c0;
     p.config.dropout = dropout;
-    return sweep({p}, b).front().final_var;
+    const SweepSummary s = sweep({p}, b).front();
+    // A trace that overflows is reported, not thrown: count it as trace's throw.
+    if (s.overflow) throw overflow_error(s.overflow_message);
+    return s.final_var;
   };
   append(r, {
       {"sigprop::sweep", "bounds.low", -inf, 2, false, true, [=](double v) { return swept({v, 2}, 0.1); }},

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -47,6 +48,11 @@ struct SweepSummary {
   bool outside_domain = false; ///< some layer outside the validated domain (core/domain.hpp)
   double output_change = 0;    ///< Admin's sum of beta_{i,i}^2 over the sublayers (models/measures.hpp)
   double sensitivity = 0;      ///< median over the sublayers of N beta_{i,i}^2 / (1 - beta_{i,i}^2)
+  /// The trace overflowed: some moment left double's range (the design
+  /// diverges, e.g. Admin's skip scales forced onto Pre-LN). The figures are
+  /// then NaN, within_bounds is false and `overflow_message` says where.
+  bool overflow = false;
+  std::string overflow_message;
 };
 
 /// The summary of a trace (the rows as in stack.hpp) against `bounds`.
@@ -76,8 +82,26 @@ inline SweepSummary summarize_trace(const Trace& t, const SweepBounds& bounds, c
   return s;
 }
 
+namespace detail {
+
+/// The summary of a point whose trace overflowed (see SweepSummary::overflow).
+inline SweepSummary overflowed_summary(const std::string& message) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  SweepSummary s;
+  s.final_var = s.final_corr_len = s.var_min = s.var_max = nan;
+  s.grad_min = s.grad_max = s.grad_ratio = s.output_change = s.sensitivity = nan;
+  s.overflow = true;
+  s.overflow_message = message;
+  return s;
+}
+
+}  // namespace detail
+
 /// Summaries of every point, in the order given, with gradient `grad_top` at
-/// each model's output. Throws domain_error (naming the point) for an invalid one.
+/// each model's output. Throws domain_error (naming the point) for an invalid
+/// one. A point whose trace overflows does not stop the sweep: its summary has
+/// `overflow` set. The other points of its group are traced again without it,
+/// so a point's figures do not depend on which other points diverge.
 inline std::vector<SweepSummary> sweep(const std::vector<SweepPoint>& points, const SweepBounds& bounds = {},
                                        const GradMoments<double>& grad_top = {1, 0}) {
   constexpr const char* fn = "sigprop::sweep";
@@ -107,8 +131,33 @@ inline std::vector<SweepSummary> sweep(const std::vector<SweepPoint>& points, co
         throw domain_error(std::string(fn) + ": points[" + std::to_string(i) + "]: " + e.what());
       }
     }
-    const BatchTrace batch = trace_batch(configs, weights, grad_top);
-    for (std::size_t j = 0; j < members.size(); ++j) out[members[j]] = summarize_trace(lane_of(batch, j), bounds);
+    try {
+      const BatchTrace batch = trace_batch(configs, weights, grad_top);
+      for (std::size_t j = 0; j < members.size(); ++j) out[members[j]] = summarize_trace(lane_of(batch, j), bounds);
+      continue;
+    } catch (const overflow_error&) {  // some lane diverged: find which, point by point
+    }
+    std::vector<ModelConfig> kept_configs;
+    std::vector<ModelWeights> kept_weights;
+    std::vector<std::size_t> kept;
+    std::vector<SweepSummary> scalar;  // the fallback, summarized at once (a trace is N rows)
+    for (std::size_t j = 0; j < members.size(); ++j) {
+      try {
+        scalar.push_back(summarize_trace(trace(configs[j], weights[j], grad_top), bounds));
+        kept_configs.push_back(configs[j]);
+        kept_weights.push_back(weights[j]);
+        kept.push_back(members[j]);
+      } catch (const overflow_error& e) {
+        out[members[j]] = detail::overflowed_summary(e.what());
+      }
+    }
+    if (kept.empty()) continue;
+    try {
+      const BatchTrace batch = trace_batch(kept_configs, kept_weights, grad_top);
+      for (std::size_t j = 0; j < kept.size(); ++j) out[kept[j]] = summarize_trace(lane_of(batch, j), bounds);
+    } catch (const overflow_error&) {  // a lane at the edge of double's range: its scalar trace did not overflow
+      for (std::size_t j = 0; j < kept.size(); ++j) out[kept[j]] = scalar[j];
+    }
   }
   return out;
 }
