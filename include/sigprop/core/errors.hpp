@@ -43,10 +43,22 @@ inline std::string format_number(double x) {
   return {};
 }
 
-[[noreturn]] inline void raise_domain(const char* function, const char* parameter,
-                                      double value, const std::string& range) {
-  throw domain_error(std::string(function) + ": " + parameter + " = " + format_number(value) +
-                     " is outside the valid range " + range);
+/// The one way to report bad input: "function: what".
+[[noreturn]] inline void raise_domain(const std::string& function, const std::string& what) {
+  throw domain_error(function + ": " + what);
+}
+
+/// "function: parameter = value is outside the valid range range", the value
+/// already written (a size, a name).
+[[noreturn]] inline void raise_domain(const std::string& function, const std::string& parameter,
+                                      const std::string& value, const std::string& range) {
+  raise_domain(function, parameter + " = " + value + " is outside the valid range " + range);
+}
+
+/// The same with a number, written as the shortest decimal that reads back.
+[[noreturn]] inline void raise_domain(const std::string& function, const std::string& parameter, double value,
+                                      const std::string& range) {
+  raise_domain(function, parameter, format_number(value), range);
 }
 
 [[noreturn]] inline void raise_overflow(const char* function, const char* quantity,
