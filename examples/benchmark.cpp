@@ -40,6 +40,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "sigprop/models/detail/sublayers.hpp"
 #include "sigprop/models/schemes.hpp"
 #include "sigprop/montecarlo/models.hpp"
 

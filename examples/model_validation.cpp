@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "sigprop/models/detail/sublayers.hpp"
 #include "sigprop/models/measures.hpp"
 #include "sigprop/montecarlo/models.hpp"
 #include "sigprop/montecarlo/validation.hpp"
@@ -77,12 +78,9 @@ int main(int argc, char** argv) {
         input.linear_share = 1;
         return block.forward(input);
       };
-      switch (model.first.activation) {
-        case sigprop::FfnActivation::gelu: return sigprop::detail::with_block<sigprop::Gelu<double>>(shape, w, which, run);
-        case sigprop::FfnActivation::silu: return sigprop::detail::with_block<sigprop::Silu<double>>(shape, w, which, run);
-        case sigprop::FfnActivation::relu: break;
-      }
-      return sigprop::detail::with_block<sigprop::Relu<double>>(shape, w, which, run);
+      return sigprop::detail::with_activation<double>(model.first.activation, [&](auto activation) {
+        return sigprop::detail::with_block<typename decltype(activation)::type>(shape, w, which, run);
+      });
     };
     const auto attention_branch = [&](std::size_t n) { return branch_output(n, Sublayer::attention); };
     std::printf("%s: predicted / measured +- standard error (relative error %%)\n\n", k.label);

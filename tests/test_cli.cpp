@@ -6,7 +6,9 @@
 
 #include "catch.hpp"
 
+#include "../cli/output.hpp"
 #include "../cli/run.hpp"
+#include "sigprop/sigprop.hpp"
 
 namespace {
 

@@ -22,6 +22,7 @@
 #include "catch.hpp"
 #include "sigprop/sigprop.hpp"
 
+#include "../cli/component_command.hpp"
 #include "../cli/run.hpp"
 
 using namespace sigprop;

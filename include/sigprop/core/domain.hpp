@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <tuple>
 
 #include "sigprop/core/lanes.hpp"
 #include "sigprop/core/math.hpp"
@@ -41,6 +42,10 @@ struct Domain {
     const T zero = 0 * like;
     return {zero, zero, zero};
   }
+
+  /// Every field, in declaration order (see Moments::fields).
+  auto fields() { return std::tie(score_var, key_weight, width_term); }
+  auto fields() const { return std::tie(score_var, key_weight, width_term); }
 
   /// The worse of two measures, lane by lane.
   Domain worst(const Domain& other) const {

@@ -34,7 +34,10 @@
 //                     branch (1 outside any branch and after a residual sum).
 #pragma once
 
+#include <cstddef>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include <Eigen/Core>
 
@@ -90,6 +93,11 @@ struct Moments {
   T cov_len() const { return corr_len * var; }
   /// Covariance of two hidden units of one position: corr_dim * var.
   T cov_dim() const { return corr_dim * var; }
+
+  /// Every field, in declaration order: the one list that copies, lane
+  /// scatters and gathers, averages and keys iterate (for_each_field).
+  auto fields() { return std::tie(mean, var, corr_len, corr_dim, norm_var_ratio, hidden_spread, linear_share); }
+  auto fields() const { return std::tie(mean, var, corr_len, corr_dim, norm_var_ratio, hidden_spread, linear_share); }
 };
 
 /// m.norm_var_ratio (1 in the lanes of a batch that left it unset).
@@ -129,6 +137,10 @@ struct GradMoments {
   T norm_coupling = detail::by_default<T, 0>();
 
   T cov_len() const { return corr_len * var; }
+
+  /// Every field, in declaration order (see Moments::fields).
+  auto fields() { return std::tie(var, corr_len, align_activation, align_mean, norm_coupling); }
+  auto fields() const { return std::tie(var, corr_len, align_activation, align_mean, norm_coupling); }
 };
 
 /// g.align_activation (1 in the lanes of a batch that left it unset).
@@ -158,6 +170,27 @@ GradMoments<T> keeping_activation_alignment(const T& var, const T& corr_len, con
   GradMoments<T> out{var, corr_len};
   out.align_activation = align_activation_of(g);
   return out;
+}
+
+namespace detail {
+
+template <std::size_t k, class F, class... Tuples>
+void apply_field(F& f, Tuples&... tuples) {
+  f(std::get<k>(tuples)...);
+}
+
+template <class F, class... Tuples, std::size_t... k>
+void for_each_field_at(F& f, std::index_sequence<k...>, Tuples&&... tuples) {
+  (apply_field<k>(f, tuples...), ...);
+}
+
+}  // namespace detail
+
+/// f(a.k, b.k, ...) for every field k of structs of one kind (their fields()).
+template <class F, class First, class... Rest>
+void for_each_field(F&& f, First&& first, Rest&&... rest) {
+  constexpr std::size_t n = std::tuple_size_v<std::decay_t<decltype(first.fields())>>;
+  detail::for_each_field_at(f, std::make_index_sequence<n>{}, first.fields(), rest.fields()...);
 }
 
 }  // namespace sigprop

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sigprop/components/attention.hpp"
@@ -35,8 +36,7 @@ inline const char* to_string(Arch a) {
 inline Arch arch_from_string(const std::string& name) {
   for (Arch a : {Arch::pre_ln, Arch::post_ln, Arch::no_ln})
     if (name == to_string(a)) return a;
-  throw domain_error("sigprop::arch_from_string: arch = '" + name +
-                     "' is outside the valid range {pre-ln, post-ln, no-ln}");
+  detail::raise_domain("sigprop::arch_from_string", "arch", "'" + name + "'", "{pre-ln, post-ln, no-ln}");
 }
 
 enum class FfnActivation { relu, gelu, silu };
@@ -94,8 +94,8 @@ struct ModelConfig {
     require_probability(function, "dropout", dropout);
     detail::require_rotary(function, RotaryEmbedding{rotary_base}, heads > 0 ? static_cast<double>(d / heads) : 0.0);
     if (d % heads != 0)
-      throw domain_error(std::string(function) + ": heads = " + std::to_string(heads) +
-                         " is outside the valid range: a divisor of d = " + std::to_string(d));
+      detail::raise_domain(function, "heads = " + std::to_string(heads) +
+                                         " is outside the valid range: a divisor of d = " + std::to_string(d));
   }
 };
 
@@ -129,8 +129,8 @@ inline ModelConfig with_architecture(ModelConfig c, const std::string& name) {
     try {
       c.arch = arch_from_string(name);
     } catch (const domain_error&) {
-      throw domain_error("sigprop::with_architecture: arch = '" + name +
-                         "' is outside the valid range {pre-ln, post-ln, no-ln, llama, gpt2}");
+      detail::raise_domain("sigprop::with_architecture", "arch", "'" + name + "'",
+                           "{pre-ln, post-ln, no-ln, llama, gpt2}");
     }
   }
   return c;
@@ -163,6 +163,9 @@ struct LayerWeights {
   double ffn_gate = 0;                ///< the gated FFN's V (d x m d); unused otherwise
   double attn_skip = 1, attn_branch = 1;  ///< lambda, beta of the attention sublayer
   double ffn_skip = 1, ffn_branch = 1;    ///< lambda, beta of the FFN sublayer
+
+  /// Every field, in the order of BatchLayerWeights' (see Moments::fields).
+  auto fields() const { return std::tie(q, k, v, o, ffn1, ffn2, ffn_gate, attn_skip, attn_branch, ffn_skip, ffn_branch); }
 
   /// Both sublayers get lambda = skip, beta = branch.
   void set_residual(double skip, double branch) {

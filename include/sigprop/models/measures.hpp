@@ -46,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include "sigprop/config.hpp"
 #include "sigprop/models/config.hpp"
 #include "sigprop/models/stack.hpp"
 
@@ -109,10 +110,10 @@ namespace detail {
 inline void require_trace_of(const char* fn, const ModelConfig& config, const ModelWeights& weights, const Trace& t) {
   if (weights.layers.size() != config.layers || t.mid.size() != config.layers ||
       t.rows.size() != config.layers + 1)
-    throw domain_error(std::string(fn) + ": weights.layers.size() = " + std::to_string(weights.layers.size()) +
-                       ", t.mid.size() = " + std::to_string(t.mid.size()) + " and t.rows.size() = " +
-                       std::to_string(t.rows.size()) + " are outside the valid range {layers = " +
-                       std::to_string(config.layers) + ", layers, layers + 1}");
+    raise_domain(fn, "weights.layers.size() = " + std::to_string(weights.layers.size()) + ", t.mid.size() = " +
+                         std::to_string(t.mid.size()) + " and t.rows.size() = " + std::to_string(t.rows.size()) +
+                         " are outside the valid range {layers = " + std::to_string(config.layers) +
+                         ", layers, layers + 1}");
   for (const auto& [rows, name] : {std::pair{&t.rows, "t.rows"}, std::pair{&t.mid, "t.mid"}})
     for (std::size_t i = 0; i < rows->size(); ++i) {
       // An invalid row is named after the function: "t.rows[i]: var = ...".
@@ -138,60 +139,17 @@ inline void require_layer_weights(const char* fn, std::size_t n, const LayerWeig
 // plain FFN, LayerNorm); the decoder options are rejected by name.
 inline void require_encoder(const char* fn, const ModelConfig& c) {
   if (!is_encoder(c))
-    throw domain_error(std::string(fn) + ": the model (" + architecture_name(c) + ", " + to_string(c.activation) +
-                       ") is outside the valid range (encoder stacks: full attention, plain ReLU/GeLU FFN, "
-                       "LayerNorm); not derived for decoders yet");
-}
-
-template <class Activation>
-std::vector<WeightGradNorms> weight_grad_norms_with(const ModelConfig& config, const ModelWeights& weights,
-                                                    const Trace& t) {
-  const StackShape<double> s = shape_of(config);
-  const double L = s.seq_len;
-  std::vector<WeightGradNorms> out;
-  for (std::size_t n = 0; n < config.layers; ++n) {
-    const LayerWeights& w = weights.layers[n];
-    WeightGradNorms g;
-    {
-      const auto block = make_attention_block(s, w);
-      const auto io = branch_io(s, w, Sublayer::attention, block, t.rows[n].forward, t.mid[n].backward);
-      const auto states = block.forward_all(io.input);
-      const auto grads = block.backward_all(io.input, io.grad_out);
-      // grads[1]: the gradient at the heads' concatenated outputs, one head's output per entry.
-      const auto& one_head = block.template part<0>().head();
-      const auto head = one_head.weight_grad_sq(io.input, grads[1]);
-      g.v = s.heads * head.value;
-      g.key = s.heads * head.key;
-      g.key_isotropic = s.heads * one_head.weight_grad_sq(io.input, grads[1], 1.0).key;
-      g.query = s.heads * head.query;
-      g.o = block.template part<1>().weight_grad_sq(states[1], grads[2], L);
-    }
-    {
-      const auto block = make_ffn_block<Activation>(s, w);
-      const auto io = branch_io(s, w, Sublayer::ffn, block, t.mid[n].forward, t.rows[n + 1].backward);
-      const auto states = block.forward_all(io.input);
-      const auto grads = block.backward_all(io.input, io.grad_out);
-      g.ffn1 = block.template part<0>().weight_grad_sq(states[0], grads[1], L);
-      g.ffn2 = block.template part<2>().weight_grad_sq(states[2], grads[3], L);
-    }
-    out.push_back(g);
-  }
-  return out;
+    raise_domain(fn, "the model (" + architecture_name(c) + ", " + to_string(c.activation) +
+                         ") is outside the valid range (encoder stacks: full attention, plain ReLU/GeLU FFN, "
+                         "LayerNorm); not derived for decoders yet");
 }
 
 }  // namespace detail
 
 /// The weight-gradient norms of every layer of the model `config`
 /// initialized with `weights`, whose trace is `t` (from trace()).
-inline std::vector<WeightGradNorms> weight_grad_norms(const ModelConfig& config, const ModelWeights& weights,
-                                                      const Trace& t) {
-  constexpr const char* fn = "sigprop::weight_grad_norms";
-  config.validate(fn);
-  detail::require_encoder(fn, config);
-  detail::require_trace_of(fn, config, weights, t);
-  return config.activation == FfnActivation::relu ? detail::weight_grad_norms_with<Relu<double>>(config, weights, t)
-                                                  : detail::weight_grad_norms_with<Gelu<double>>(config, weights, t);
-}
+SIGPROP_DECL std::vector<WeightGradNorms> weight_grad_norms(const ModelConfig& config, const ModelWeights& weights,
+                                                            const Trace& t);
 
 /// Takase et al.'s bounds for one layer: attention (Eq. 20) and FFN (Eq. 15).
 struct SpikeBounds {
@@ -204,11 +162,9 @@ inline std::vector<SpikeBounds> spike_bounds(const ModelConfig& config, const Mo
   constexpr const char* fn = "sigprop::spike_bounds";
   config.validate(fn);
   if (config.arch != Arch::pre_ln)
-    throw domain_error(std::string(fn) + ": arch = " + to_string(config.arch) +
-                       " is outside the valid range {pre-ln} (the bounds are derived for Pre-LN layers)");
+    detail::raise_domain(fn, "arch", to_string(config.arch), "{pre-ln} (the bounds are derived for Pre-LN layers)");
   if (config.gated_ffn)
-    throw domain_error(std::string(fn) + ": gated_ffn = true is outside the valid range {false} (Eq. 15 is for "
-                       "the plain FFN)");
+    detail::raise_domain(fn, "gated_ffn", "true", "{false} (Eq. 15 is for the plain FFN)");
   detail::require_trace_of(fn, config, weights, t);
   using std::sqrt;
   const double d = static_cast<double>(config.d), h = static_cast<double>(config.heads);
@@ -219,8 +175,7 @@ inline std::vector<SpikeBounds> spike_bounds(const ModelConfig& config, const Mo
   const auto spread = [&](const Moments<double>& x, const std::string& where) {
     const double s2 = x.var * (1 - x.corr_dim);
     if (!(s2 > 0))
-      throw domain_error(std::string(fn) + ": " + where + " var * (1 - corr_dim) = " + detail::format_number(s2) +
-                         " is outside the valid range (0, inf) (the bounds divide by it)");
+      detail::raise_domain(fn, where + " var * (1 - corr_dim)", s2, "(0, inf) (the bounds divide by it)");
     return sqrt(s2);
   };
   std::vector<SpikeBounds> out;
@@ -251,3 +206,7 @@ inline double spike_bound_log10(const std::vector<SpikeBounds>& bounds) {
 }
 
 }  // namespace sigprop
+
+#ifdef SIGPROP_HEADER_ONLY
+#include "sigprop/models/impl/measures.ipp"
+#endif

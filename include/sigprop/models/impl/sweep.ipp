@@ -1,0 +1,89 @@
+// sigprop/models/impl/sweep.ipp -- the definitions of models/sweep.hpp.
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "sigprop/models/sweep.hpp"
+
+namespace sigprop {
+
+namespace detail {
+
+/// The summary of a point whose trace overflowed (see SweepSummary::overflow).
+inline SweepSummary overflowed_summary(const std::string& message) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  SweepSummary s;
+  s.final_var = s.final_corr_len = s.var_min = s.var_max = nan;
+  s.grad_min = s.grad_max = s.grad_ratio = s.output_change = s.sensitivity = nan;
+  s.overflow = true;
+  s.overflow_message = message;
+  return s;
+}
+
+}  // namespace detail
+
+SIGPROP_DECL std::vector<SweepSummary> sweep(const std::vector<SweepPoint>& points, const SweepBounds& bounds,
+                                             const GradMoments<double>& grad_top) {
+  constexpr const char* fn = "sigprop::sweep";
+  require_finite(fn, "bounds.low", bounds.low);
+  require_finite(fn, "bounds.high", bounds.high);
+  if (!(bounds.low <= bounds.high))
+    detail::raise_domain(fn, "bounds.low", bounds.low, "(-inf, bounds.high = " + detail::format_number(bounds.high) + "]");
+  using Key = std::tuple<int, int, std::size_t, bool, int>;
+  std::map<Key, std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const ModelConfig& c = points[i].config;
+    groups[{static_cast<int>(c.arch), static_cast<int>(c.activation), c.layers, c.final_layernorm,
+            static_cast<int>(c.attention_gradient)}]
+        .push_back(i);
+  }
+  std::vector<SweepSummary> out(points.size());
+  for (const auto& [key, members] : groups) {
+    std::vector<ModelConfig> configs;
+    std::vector<ModelWeights> weights;
+    for (std::size_t i : members) {
+      const SweepPoint& p = points[i];
+      configs.push_back(p.config);
+      try {
+        weights.push_back(initialize(p.config, p.scheme, p.input, p.scaling));
+      } catch (const domain_error& e) {  // name the point
+        detail::raise_domain(fn, "points[" + std::to_string(i) + "]: " + e.what());
+      }
+    }
+    try {
+      const BatchTrace batch = trace_batch(configs, weights, grad_top);
+      for (std::size_t j = 0; j < members.size(); ++j) out[members[j]] = summarize_trace(lane_of(batch, j), bounds);
+      continue;
+    } catch (const overflow_error&) {  // some lane diverged: find which, point by point
+    }
+    std::vector<ModelConfig> kept_configs;
+    std::vector<ModelWeights> kept_weights;
+    std::vector<std::size_t> kept;
+    std::vector<SweepSummary> scalar;  // the fallback, summarized at once (a trace is N rows)
+    for (std::size_t j = 0; j < members.size(); ++j) {
+      try {
+        scalar.push_back(summarize_trace(trace(configs[j], weights[j], grad_top), bounds));
+        kept_configs.push_back(configs[j]);
+        kept_weights.push_back(weights[j]);
+        kept.push_back(members[j]);
+      } catch (const overflow_error& e) {
+        out[members[j]] = detail::overflowed_summary(e.what());
+      }
+    }
+    if (kept.empty()) continue;
+    try {
+      const BatchTrace batch = trace_batch(kept_configs, kept_weights, grad_top);
+      for (std::size_t j = 0; j < kept.size(); ++j) out[kept[j]] = summarize_trace(lane_of(batch, j), bounds);
+    } catch (const overflow_error&) {  // a lane at the edge of double's range: its scalar trace did not overflow
+      for (std::size_t j = 0; j < kept.size(); ++j) out[kept[j]] = scalar[j];
+    }
+  }
+  return out;
+}
+
+}  // namespace sigprop

@@ -1,0 +1,8 @@
+// The model layer compiled once for the project's own binaries
+// (SIGPROP_SEPARATE_COMPILATION; docs/architecture.md, "Separate compilation").
+// One lane type and activation of the trace: BatchChunk, Gelu.
+#include "sigprop/models/detail/trace_with.hpp"
+
+namespace sigprop::detail {
+SIGPROP_TRACE_WITH(, Gelu, BatchChunk, BatchLayerWeights<BatchChunk>)
+}  // namespace sigprop::detail
