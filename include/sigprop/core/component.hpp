@@ -113,16 +113,7 @@ class Component {
     out.norm_var_ratio = norm_var_ratio_of(out);  // a batch left unset: 1 (Gaussian) in every lane
     out.hidden_spread = hidden_spread_of(out);    // 0 (isotropic)
     out.linear_share = linear_share_of(out);      // 1
-    if (!all_finite(out.mean, out.var, out.corr_len, out.corr_dim, out.norm_var_ratio, out.hidden_spread,
-                    out.linear_share)) {
-      check_result(function, "mean", out.mean);
-      check_result(function, "var", out.var);
-      check_result(function, "corr_len", out.corr_len);
-      check_result(function, "corr_dim", out.corr_dim);
-      check_result(function, "norm_var_ratio", out.norm_var_ratio);
-      check_result(function, "hidden_spread", out.hidden_spread);
-      check_result(function, "linear_share", out.linear_share);
-    }
+    if (!all_fields_finite(out)) check_fields(function, out);
     out.var = math::clamp_nonnegative(out.var);
     out.norm_var_ratio = math::nonnegative_or_zero(out.norm_var_ratio);
     out.hidden_spread = math::nonnegative_or_zero(out.hidden_spread);
@@ -139,13 +130,7 @@ class Component {
     out.align_mean = align_mean_of(out);
     // A map that does not divide by a norm keeps the gradient's coupling to it.
     out.norm_coupling = Derived::sets_norm_coupling ? norm_coupling_of(out) : norm_coupling_of(grad_out);
-    if (!all_finite(out.var, out.corr_len, out.align_activation, out.align_mean, out.norm_coupling)) {
-      check_result(Derived::name, "grad_var", out.var);
-      check_result(Derived::name, "grad_corr_len", out.corr_len);
-      check_result(Derived::name, "grad_align_activation", out.align_activation);
-      check_result(Derived::name, "grad_align_mean", out.align_mean);
-      check_result(Derived::name, "grad_norm_coupling", out.norm_coupling);
-    }
+    if (!all_fields_finite(out)) check_fields(Derived::name, out);
     out.align_activation = math::nonnegative_or_zero(out.align_activation);
     out.align_mean = math::nonnegative_or_zero(out.align_mean);
     out.corr_len = math::clamp_correlation(out.corr_len);

@@ -98,6 +98,9 @@ struct Moments {
   /// scatters and gathers, averages and keys iterate (for_each_field).
   auto fields() { return std::tie(mean, var, corr_len, corr_dim, norm_var_ratio, hidden_spread, linear_share); }
   auto fields() const { return std::tie(mean, var, corr_len, corr_dim, norm_var_ratio, hidden_spread, linear_share); }
+  /// Their names, as error messages give them.
+  static constexpr const char* field_names[] = {"mean",           "var",           "corr_len",    "corr_dim",
+                                                "norm_var_ratio", "hidden_spread", "linear_share"};
 };
 
 /// m.norm_var_ratio (1 in the lanes of a batch that left it unset).
@@ -141,6 +144,9 @@ struct GradMoments {
   /// Every field, in declaration order (see Moments::fields).
   auto fields() { return std::tie(var, corr_len, align_activation, align_mean, norm_coupling); }
   auto fields() const { return std::tie(var, corr_len, align_activation, align_mean, norm_coupling); }
+  /// Their names, as error messages give them.
+  static constexpr const char* field_names[] = {"grad_var", "grad_corr_len", "grad_align_activation",
+                                                "grad_align_mean", "grad_norm_coupling"};
 };
 
 /// g.align_activation (1 in the lanes of a batch that left it unset).

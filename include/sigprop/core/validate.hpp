@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "sigprop/core/errors.hpp"
@@ -169,6 +171,20 @@ void check_result(const char* function, const char* quantity, const T& x) {
     return;
   }
   detail::report_non_finite(function, quantity, x);
+}
+
+/// Whether every field of `m` is finite in every lane.
+template <class M>
+bool all_fields_finite(const M& m) {
+  return std::apply([](const auto&... x) { return all_finite(x...); }, m.fields());
+}
+
+/// check_result(function, name, field) for every field of `m` (the first
+/// that is not finite throws overflow_error naming it).
+template <class M>
+void check_fields(const char* function, const M& m) {
+  std::size_t k = 0;
+  for_each_field([&](const auto& x) { check_result(function, M::field_names[k++], x); }, m);
 }
 
 }  // namespace sigprop

@@ -1,41 +1,17 @@
-// sigprop/models/measures.hpp -- whole-model figures read off a trace: the
-// residual dependencies of the sublayers, Admin's output-change estimate and
-// the sensitivity of Davis et al. in the form the DeepScaleLM paper uses.
+// sigprop/models/measures.hpp -- whole-model figures read off a trace.
 //
-// References:
-//   Liu et al., "Understanding the Difficulty of Training Transformers"
-//   (EMNLP 2020, "Admin"), section 4.1 and Theorem 2: the residual
-//   dependency of sublayer i on its own branch, beta_{i,i}^2 =
-//   Var[a_i] / Var[x_{i-1} + a_i] (a_i the scaled branch output), and
-//   the output change under a parameter perturbation, of order
-//   sum_i beta_{i,i}^2: O(log N) for Pre-LN (beta_{i,i}^2 ~ 1/i), O(N) for
-//   Post-LN (constant).
-//   Kedia et al. (ICML 2024), appendix "Discussion of relative strength":
-//   with skip variance 1, the sensitivity of Davis et al. (ICML 2021) is the
-//   mean over sublayers of N beta^2; the paper uses the median. In general
-//   the term of sublayer i is N Var[beta f] / Var[lambda x], which is
-//   N beta_{i,i}^2 / (1 - beta_{i,i}^2).
-//   Xiong et al., "On Layer Normalization in the Transformer Architecture"
-//   (ICML 2020), Theorem 1: the gradient of the last FFN weight is flat in
-//   depth for Post-LN and falls like 1/sqrt(N) for Pre-LN. weight_grad_norms
-//   gives E||dLoss/dW||_F^2 of the weight matrices V, O, W1, W2, from the
-//   trace: each block's parts see the moments Serial::forward_all and
-//   backward_all give them; O, W1 and W2 contribute Linear's weight_grad_sq,
-//   V Attention::weight_grad_sq.
-//   Takase et al., "Spike No More" (2024), sections 2-3 and appendix G: for a
-//   Pre-LN layer, upper bounds on the spectral norms of the sublayer
-//   Jacobians, FFN (Eq. 15) 1 + sigma_1 sigma_2 (sqrt d + sqrt d_ffn)^2 / sigma_x'
-//   and attention (Eq. 20 with Eq. 75) 1 + sigma_O C_attn / sigma_x, with
-//   C_attn = 2 sqrt(d) ||J^Z||,
-//   ||J^Z|| ~ h [ (sqrt L + 2 + 1/sqrt L) sigma^3 sqrt(d^3 d_head) + sigma (sqrt d + sqrt d_head) ],
-//   and the gradient-norm bound their product over the layers (Eq. 7). The
-//   paper reads sigma_x, sigma_x' off a forward pass; here they are the
-//   trace's (the per-position spread sqrt(Var (1 - r^d)) that the
-//   LayerNorm divides by). Generalizations, reducing to the paper's forms:
-//   sigma^3 -> sigma_Q sigma_K sigma_V (the cubic term is D_l = Wq^T Wk x_l
-//   times v_l) and sigma -> sigma_V in the value term; a scaled residual
-//   lambda x + beta f gives lambda + beta (...). Eq. 6-7 multiply N - 1
-//   layers; every layer stands between x_1 and y_N, so all N are used.
+//   residual dependency  beta_ii^2 = Var[beta f] / Var[lambda x + beta f]
+//                        (Liu et al., EMNLP 2020, "Admin", section 4.1)
+//   output change        sum_i beta_ii^2                      (Admin, Theorem 2)
+//   sensitivity          median_i N beta_ii^2 / (1 - beta_ii^2)
+//                        (Kedia et al., ICML 2024, "Discussion of relative strength")
+//   weight gradients     E||dLoss/dW||_F^2 of Q, K, V, O, W1, W2
+//                        (Xiong et al., ICML 2020, Theorem 1)
+//   Spike No More bounds FFN 1 + sigma_1 sigma_2 (sqrt d + sqrt d_ffn)^2 / sigma_x' (Eq. 15),
+//                        attention 1 + sigma_O C_attn / sigma_x (Eq. 20 with Eq. 75)
+//                        (Takase et al. 2024)
+// docs/schemes.md, "Quantities in the trace", has the forms, their
+// generalizations and their checks against simulation.
 #pragma once
 
 #include <algorithm>
