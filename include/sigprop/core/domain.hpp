@@ -17,7 +17,7 @@
 #include <string>
 
 #include "sigprop/core/lanes.hpp"
-#include "sigprop/core/math.hpp"
+#include "sigprop/numerics/math.hpp"
 
 namespace sigprop {
 

@@ -49,7 +49,7 @@
 #include <Eigen/Core>
 #include <Eigen/Eigenvalues>
 
-#include "sigprop/core/math.hpp"
+#include "sigprop/numerics/math.hpp"
 
 namespace sigprop::detail {
 
