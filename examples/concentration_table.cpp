@@ -466,6 +466,6 @@ int main(int argc, char** argv) {
     if (count > 0) return check(count);
   }
   if (argc == 2 && std::strcmp(argv[1], "--verify") == 0) return verify();
-  std::fprintf(stderr, "usage: %s [--rows i,j,... | --output FILE] | --check N | --verify\n", argv[0]);
+  std::fprintf(stderr, "usage: %s [--rows i,j,...] [--output FILE] | --check N | --verify\n", argv[0]);
   return 2;
 }

@@ -31,30 +31,16 @@
 //   the Jacobian covariance is the slope of the forward correlation map), F'(1) = (k-1)/(k-2).
 // d <= 3 has no finite gradient variance (E[1/chi^2_2] = inf) and is rejected.
 //
-// Norm fluctuation and gradient alignment (moments.hpp). The variance above
-// is E|P g|^2/d times E[1/sd(x)^2], each taken for Gaussian inputs and an
-// isotropic g. In general:
-// * E|P g|^2 = E|g|^2 (1 - (a_1 + a_x)/d), with a_1 = align_mean and
-//   a_x = align_activation of g (the projection removes the all-ones and the
-//   input direction; isotropic g has a_1 = a_x = 1: rank d - 2);
-// * E[1/sd^2] = d E[1/Q], Q = |x_c|^2 of mean m = (d - 1) s^2 (1 - r^d) and
-//   relative variance 2 nu_r/k, k = d - 1 (nu_r = norm_var_ratio): modelled
-//   as Q ~ m chi^2_n/n with the same two moments, n = k/nu_r, so
-//   E[m/Q] = n/(n - 2) = k/(k - 2 nu_r) (Gaussian: k/(k - 2)), for nu_r <= 1;
-//   beyond, a Gaussian row times an independent scale (detail::inverse_norm_factor).
-// Hence, for nu_r <= 1,
+// Norm fluctuation and gradient alignment (moments.hpp): with a_1 = align_mean,
+// a_x = align_activation of g and nu_r = norm_var_ratio of x (all 1 for
+// Gaussian x and isotropic g), for nu_r <= 1,
 //   Var[g_in] = Var[g] (d - a_1 - a_x) / ((d - 1 - 2 nu_r) s^2 (1 - r^d)),
-// which is the Gaussian (d - 2)/((d - 3) ...) at a_1 = a_x = nu_r = 1. In a
-// Post-LN stack with a small branch every LayerNorm sees nu_r ~ 0 and a
-// gradient already projected by the LayerNorm above (a_1 ~ a_x ~ 0), and the
-// factor is ~d/(d - 1), not (d - 2)/(d - 3). The correlation keeps the
-// Gaussian slope ratio. Outputs: nu_r = 0 (every row has squared norm d);
-// the input gradient has a_1 = a_x = 0 (P removes both directions).
-// A gradient coupled to the row norm (norm_coupling c = Cov[log |g_i|^2,
-// log(m/Q_i)], a Pre-LN stack's LayerNorms above) multiplies the variance
-// by e^c (log-normal row energies), and the input gradient carries
-// c + 2 nu_r/(d - 1) (docs/components/layernorm.md, "Gradient coupled to
-// the row norm").
+// beyond nu_r = 1 through detail::inverse_norm_factor; the correlation keeps
+// the Gaussian slope ratio. Outputs: nu_r = 0, and the input gradient has
+// a_1 = a_x = 0. A gradient coupled to the row norm (norm_coupling c)
+// multiplies the variance by e^c, and the input gradient carries
+// c + 2 nu_r/(d - 1). Derivations: docs/components/layernorm.md, "Norm
+// fluctuation and gradient alignment" and "Gradient coupled to the row norm".
 #pragma once
 
 #include <cmath>

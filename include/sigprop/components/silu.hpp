@@ -16,7 +16,7 @@
 //   Corr[dx1, dx2]  = r_g E[SiLU'(x1) SiLU'(x2)] / E[SiLU'(x)^2]   (r = corr_len).
 // No closed form is known: these Gaussian expectations are evaluated
 // numerically for any input mean, to about 1e-15. The correlations come from
-// the Hermite expansion (Mehler's formula, detail/hermite_expansion.hpp) where
+// the Hermite expansion (Mehler's formula, numerics/hermite_expansion.hpp) where
 // its Parseval sums close, else at large variances from the ReLU split
 // SiLU = ReLU - h (relu.hpp's closed form plus integrals over h's support),
 // else from nested adaptive Gauss-Kronrod (numerics/quadrature.hpp).
@@ -33,12 +33,12 @@
 #include <type_traits>
 
 #include "sigprop/components/detail/activation_norm.hpp"
-#include "sigprop/components/detail/hermite_expansion.hpp"
 #include "sigprop/components/relu.hpp"
 #include "sigprop/core/component.hpp"
 #include "sigprop/core/memo.hpp"
-#include "sigprop/numerics/sigmoid.hpp"
+#include "sigprop/numerics/hermite_expansion.hpp"
 #include "sigprop/numerics/quadrature.hpp"
+#include "sigprop/numerics/sigmoid.hpp"
 
 namespace sigprop {
 
@@ -97,7 +97,7 @@ class SiluQuadrature {
 
   /// Corr[SiLU(x1), SiLU(x2)] at correlation r; `var_per_var` is
   /// var_per_var(). From the Hermite expansion of u where it closes against
-  /// var_per_var (detail/hermite_expansion.hpp), else cov_per_var / var_per_var.
+  /// var_per_var (numerics/hermite_expansion.hpp), else cov_per_var / var_per_var.
   R corr(R r, R var_per_var) const {
     if (r == 0) return 0;
     const auto& e = expansion(Expansion::Check::value, var_per_var);

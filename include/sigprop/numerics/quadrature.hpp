@@ -11,8 +11,9 @@
 // integrand's kinks and narrow features.
 //
 // gaussian_expectation: E[f(Z)], Z ~ N(0, 1), by Boost's adaptive
-// gauss_kronrod<R, 31> on the whole line (relative tolerance 1e-12), for
-// integrands without such features.
+// gauss_kronrod<R, 31> on the whole line (relative tolerance 1e-12): GeLU's
+// moments, which the first driver does not reproduce to 1e-12 at extreme
+// inputs (docs/components/gelu.md, "Nonzero mean").
 #pragma once
 
 #include <algorithm>
