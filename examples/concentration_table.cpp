@@ -7,6 +7,11 @@
 //
 //   concentration_table             prints the table header (every entry from
 //                                   the exact functions; ~2 min)
+//     --rows i,j,...                only rows i, j, ... from the exact
+//                                   functions, the others as compiled in (the
+//                                   test softmax_table_generated: the output
+//                                   must equal the committed header)
+//     --output FILE                 to FILE instead of stdout
 //   concentration_table --check N   the fast functions against the exact ones
 //                                   at N random points of the table (fixed
 //                                   seed): max and RMS relative error (G, J),
@@ -19,9 +24,10 @@
 //                                   G against the delta method and J against
 //                                   its first-order form (~40 s)
 //
-// Building this program needs some version of the table header; the default
-// mode does not read it, so a stale table regenerates the current one.
+// Building this program needs some version of the table header; without
+// --rows it does not read it, so a stale table regenerates the current one.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -55,25 +61,26 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// One table: name[sigma_count * u_count] = log f at every node, row by row.
-template <class F>
-void print_array(const char* name, F log_f) {
-  std::printf("inline constexpr double %s[sigma_count * u_count] = {\n", name);
-  for (int i = 0; i < sigma_count; ++i) {
-    const double sigma = i * sigma_step;
-    std::printf("    // sigma = %.6g, a = %.6g\n", sigma, sigma * sigma);
-    for (int j = 0; j < u_count; ++j) {
-      const double n = std::exp(u_first + j * u_step);
-      std::printf("%s%.17g,%s", j % 4 == 0 ? "    " : " ", log_f(sigma * sigma, n),
-                  j % 4 == 3 || j == u_count - 1 ? "\n" : "");
-    }
-  }
-  std::printf("};\n");
+// The seven table values at one node (a, n), in the order of the header's
+// columns: log G, log(J / (1 - 1/n)), D_G, D_J, C, O, V.
+std::array<double, 7> node_values(double a, double n) {
+  const sigprop::detail::KurtosisSlopes slopes = sigprop::detail::softmax_kurtosis_slopes_exact(a, n);
+  const sigprop::detail::TiltFactors tilt = sigprop::detail::softmax_tilt_factors_exact(a, n);
+  return {std::log(softmax_concentration_exact(a, n)),
+          std::log(softmax_jacobian_concentration_exact(a, n) / (1 - 1 / n)),
+          slopes.g,
+          slopes.j,
+          tilt.cross,
+          tilt.own,
+          sigprop::detail::softmax_pair_curvature_exact(a, n)};
 }
 
-int print_table() {
+// The table header: every node of the rows in `computed` from the exact
+// functions, every other node as the compiled-in table has it (which %.17g
+// writes back exactly). All rows computed: the header from scratch (~2 min).
+int print_table(std::FILE* out, const std::vector<bool>& computed) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::printf(
+  std::fprintf(out,
       "// sigprop/components/detail/softmax_concentration_table.hpp -- log G(a, n) and\n"
       "// log(J(a, n) / (1 - 1/n)) on the grid of softmax_concentration.hpp, for the\n"
       "// softmax p of n i.i.d. N(0, a) logits,\n"
@@ -96,25 +103,40 @@ int print_table() {
       "inline constexpr double u_first = %.17g;  // ln 2\n"
       "inline constexpr double u_step = %.17g;  // (ln n_max - ln 2) / (u_count - 1)\n"
       "inline constexpr double n_max = %.17g;\n\n"
-      "// log G at row i, column j: log_g[i * u_count + j].\n",
+      "// The seven tables, one column each of a node (seven values and a zero: one\n"
+      "// 64-byte line, so that a stencil reads all seven at once).\n"
+      "inline constexpr int log_g = 0;           // log G\n"
+      "inline constexpr int log_j = 1;           // log(J / (1 - 1/n)), 0 at a = 0\n"
+      "inline constexpr int slope_g = 2;         // D_G = d log G / d kappa, 0 at a = 0\n"
+      "inline constexpr int slope_j = 3;         // D_J = d log J / d kappa, 0 at a = 0\n"
+      "inline constexpr int tilt_cross = 4;      // C\n"
+      "inline constexpr int tilt_own = 5;        // O\n"
+      "inline constexpr int pair_curvature = 6;  // V = H''(0)\n"
+      "inline constexpr int column_count = 8;\n\n"
+      "struct Node {\n"
+      "  alignas(64) double value[column_count];\n"
+      "};\n\n"
+      "// The node at row i, column j: nodes[i * u_count + j].\n"
+      "inline constexpr Node nodes[sigma_count * u_count] = {\n",
       sigma_count, sigma_step, a_max, u_count, u_first, u_step, n_max);
-  print_array("log_g", [](double a, double n) { return std::log(softmax_concentration_exact(a, n)); });
-  std::printf("\n// log(J / (1 - 1/n)) at row i, column j: log_j[i * u_count + j] (0 at a = 0).\n");
-  print_array("log_j", [](double a, double n) {
-    return std::log(softmax_jacobian_concentration_exact(a, n) / (1 - 1 / n));
-  });
-  std::printf("\n// D_G = d log G / d kappa at row i, column j: slope_g[i * u_count + j] (0 at a = 0).\n");
-  print_array("slope_g", [](double a, double n) { return sigprop::detail::softmax_kurtosis_slopes_exact(a, n).g; });
-  std::printf("\n// D_J = d log J / d kappa at row i, column j: slope_j[i * u_count + j] (0 at a = 0).\n");
-  print_array("slope_j", [](double a, double n) { return sigprop::detail::softmax_kurtosis_slopes_exact(a, n).j; });
-  std::printf("\n// C at row i, column j: tilt_cross[i * u_count + j].\n");
-  print_array("tilt_cross", [](double a, double n) { return sigprop::detail::softmax_tilt_factors_exact(a, n).cross; });
-  std::printf("\n// O at row i, column j: tilt_own[i * u_count + j].\n");
-  print_array("tilt_own", [](double a, double n) { return sigprop::detail::softmax_tilt_factors_exact(a, n).own; });
-  std::printf("\n// V = H''(0) at row i, column j: pair_curvature[i * u_count + j].\n");
-  print_array("pair_curvature", [](double a, double n) { return sigprop::detail::softmax_pair_curvature_exact(a, n); });
-  std::printf("\n}  // namespace sigprop::detail::concentration_table\n");
-  std::fprintf(stderr, "7 x %d entries in %.1f s\n", sigma_count * u_count, seconds_since(t0));
+  for (int i = 0; i < sigma_count; ++i) {
+    const double sigma = i * sigma_step;
+    std::fprintf(out, "    // sigma = %.6g, a = %.6g\n", sigma, sigma * sigma);
+    for (int j = 0; j < u_count; ++j) {
+      std::array<double, 7> v;
+      if (computed[static_cast<std::size_t>(i)]) {
+        v = node_values(sigma * sigma, std::exp(u_first + j * u_step));
+      } else {
+        const auto& node = sigprop::detail::concentration_table::nodes[i * u_count + j];
+        std::copy(node.value, node.value + 7, v.begin());
+      }
+      std::fprintf(out, "    {{%.17g, %.17g, %.17g, %.17g, %.17g, %.17g, %.17g, 0}},\n", v[0], v[1], v[2], v[3], v[4],
+                   v[5], v[6]);
+    }
+  }
+  std::fprintf(out, "};\n\n}  // namespace sigprop::detail::concentration_table\n");
+  std::fprintf(stderr, "%d rows of %d nodes computed in %.1f s\n",
+               static_cast<int>(std::count(computed.begin(), computed.end(), true)), u_count, seconds_since(t0));
   return 0;
 }
 
@@ -405,15 +427,45 @@ int verify() {
   return 0;
 }
 
+// "i,j,..." as the rows to compute, every other row false; empty on a bad list.
+std::vector<bool> parse_rows(const char* list) {
+  std::vector<bool> rows(sigma_count, false);
+  for (const char* p = list; *p;) {
+    char* end = nullptr;
+    const long i = std::strtol(p, &end, 10);
+    if (end == p || i < 0 || i >= sigma_count || (*end != ',' && *end != '\0')) return {};
+    rows[static_cast<std::size_t>(i)] = true;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 1) return print_table();
+  // [--rows i,j,...] [--output FILE]: the table header, to stdout or FILE.
+  std::vector<bool> rows(sigma_count, true);
+  const char* output = nullptr;
+  bool table = true;
+  for (int k = 1; k < argc && table; k += 2) {
+    if (k + 1 < argc && std::strcmp(argv[k], "--rows") == 0) rows = parse_rows(argv[k + 1]);
+    else if (k + 1 < argc && std::strcmp(argv[k], "--output") == 0) output = argv[k + 1];
+    else table = false;
+  }
+  if (table && rows.size() == static_cast<std::size_t>(sigma_count)) {
+    std::FILE* out = output ? std::fopen(output, "w") : stdout;
+    if (!out) {
+      std::fprintf(stderr, "cannot write %s\n", output);
+      return 1;
+    }
+    const int status = print_table(out, rows);
+    return output && std::fclose(out) != 0 ? 1 : status;
+  }
   if (argc == 3 && std::strcmp(argv[1], "--check") == 0) {
     const long count = std::atol(argv[2]);
     if (count > 0) return check(count);
   }
   if (argc == 2 && std::strcmp(argv[1], "--verify") == 0) return verify();
-  std::fprintf(stderr, "usage: %s [--check N | --verify]\n", argv[0]);
+  std::fprintf(stderr, "usage: %s [--rows i,j,...] [--output FILE] | --check N | --verify\n", argv[0]);
   return 2;
 }

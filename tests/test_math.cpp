@@ -1,4 +1,4 @@
-// The vectorized transcendentals of core/math.hpp against the C library's
+// The vectorized transcendentals of numerics/math.hpp against the C library's
 // scalar functions, in units in the last place of the reference.
 #include <cmath>
 #include <limits>
@@ -8,7 +8,7 @@
 #include <Eigen/Core>
 
 #include "catch.hpp"
-#include "sigprop/core/math.hpp"
+#include "sigprop/numerics/math.hpp"
 
 namespace {
 
@@ -106,7 +106,7 @@ TEST_CASE("math::acos_stable on arrays is as accurate as on scalars", "[math]") 
   CHECK(worst_batched <= 16 * eps);
 }
 
-// core/select.hpp: the vectorized comparisons and selection give what the
+// numerics/select.hpp: the vectorized comparisons and selection give what the
 // scalar ?: gives, lane by lane, including NaN, signed zeros and infinities,
 // on fixed-size chunks (all lanes in packets), on dynamic arrays of odd
 // length (the last lanes by the scalar functors) and on float lanes.
@@ -139,7 +139,7 @@ void check_select_against_scalar(const T& x, const T& y) {
 
 }  // namespace
 
-TEST_CASE("math::select and the masks of core/select.hpp agree with ?: lane by lane", "[math][select]") {
+TEST_CASE("math::select and the masks of numerics/select.hpp agree with ?: lane by lane", "[math][select]") {
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   const std::vector<double> xs = {1, -2, 0.0, -0.0, 3, nan, inf, -inf, 5, 1e-300, -7, 2, 0.5, 8, -1, 4, 6};
   const std::vector<double> ys = {2, -3, -0.0, 0.0, 3, 1, 1, nan, -inf, 0, -7, 1, 0.25, 9, 2, -4, 6};

@@ -7,6 +7,7 @@
 //   r_out = r s^2 (1 - p)/(s^2 + p mu^2) along length and along the hidden axis;
 //   backward dx = g m/(1 - p): Var[dx] = Var[g]/(1 - p), covariance unchanged,
 //   so r_g,in = (1 - p) r_g.
+// Docs: docs/components/dropout.md.
 #pragma once
 
 #include "sigprop/core/component.hpp"

@@ -18,10 +18,8 @@
 // E[N_i (N_i - 1)] = L (L - 1) p_i^2 for multinomial counts -- but then plugs
 // in the expected count N_i = p_i L, which drops the variance of N_i and gives
 // (L sum_i p_i^2 - 1)/(L - 1); its large-|V| form is pi^2/(6 log(|V|)^2).
-// Simulation rejects both for i.i.d. tokens (docs/components/embedding.md):
-// at |V| = 32000, L = 256 the measured correlation is 0.01376 +- 0.00008,
-// exact 0.01372, count form 0.00985 (46 se off), large-|V| form 0.01529
-// (18 se off). Both are kept as named variants.
+// Simulation rejects both for i.i.d. tokens (docs/components/embedding.md);
+// both are kept as named variants.
 //
 // Segment table, two segments split at s: positions 0..s-1 form segment A,
 // s..L-1 segment B (B.1 "Segment Type Embeddings"). Two distinct positions
@@ -214,8 +212,7 @@ class Embedding : public Component<Embedding<T>, T> {
 
   explicit Embedding(const EmbeddingConfig<T>& config) : config_(config) {
     if (!config_.token && !config_.position && !config_.segment)
-      throw domain_error(std::string(name) +
-                         ": no table is enabled (enable at least one of token, position, segment)");
+      detail::raise_domain(name, "no table is enabled (enable at least one of token, position, segment)");
     detail::require_vocab(name, config_.vocab);
     detail::require_seq_len(name, config_.seq_len);
     require_variance(name, "weight_var", config_.weight_var);
@@ -313,8 +310,7 @@ class Embedding : public Component<Embedding<T>, T> {
   T row_grad_var(EmbeddingTable t, const T& row, const GradMoments<T>& g) const {
     constexpr const char* fn = "sigprop::Embedding::row_grad_var";
     if (!has_table(t))
-      throw domain_error(std::string(fn) + ": the " + to_string(t) +
-                         " table is not part of this embedding");
+      detail::raise_domain(fn, std::string("the ") + to_string(t) + " table is not part of this embedding");
     require_grad_moments(fn, g);
     const T& L = config_.seq_len;
     const T one = 1 + 0 * row;

@@ -16,9 +16,8 @@
 //   Cov[dx1, dx2] = r_g g^2 E[GeLU'(x1) GeLU'(x2)]   (r = corr_len)
 //                 = r_g g^2 (1/4 + asin(r a)/(2 pi)
 //                            + r q ((2q + 3)(q + 1) - 2 (r q)^2)/(2 pi (q + 1) D^(3/2)))
-// All five were checked against 2-D Gauss-Kronrod quadrature of the defining
-// integrals (relative differences below 3e-19 in long double) and by Monte Carlo
-// (docs/components/gelu.md). The code evaluates them divided by q (finite at
+// All five are checked against quadrature of the defining integrals and by
+// Monte Carlo (docs/components/gelu.md). The code evaluates them divided by q (finite at
 // q = 0, where r_out -> r) with D kept as the product of its two factors, so
 // nothing overflows before the result does, and (2q + 3)(q + 1) - 2(rq)^2 =
 // 2D + q + 1.
@@ -27,16 +26,15 @@
 //   E[GeLU(x)] = mu Phi(c) + s^2/sqrt(1 + s^2) phi(c),  c = mu/sqrt(1 + s^2)
 // (Stein's lemma with E[Phi(x)] = Phi(c), E[phi(x)] = phi(c)/sqrt(1 + s^2)).
 // The variance, covariances and gradient moments are 1-D integrals over
-// x = mu + s z, z ~ N(0, 1), by adaptive Gauss-Kronrod (boost::math::
-// quadrature::gauss_kronrod, 31 points, relative tolerance 1e-12), with the
+// x = mu + s z, z ~ N(0, 1), by adaptive Gauss-Kronrod to 1e-12 relative
+// (detail::gaussian_expectation, numerics/quadrature.hpp), with the
 // inner expectation over the partner y | x ~ N(mu + r s z, s^2 (1 - r^2)) in
 // closed form:
 //   E[GeLU(y)]  = m Phi(m/sqrt(1 + v)) + v/sqrt(1 + v) phi(m/sqrt(1 + v)),
 //   E[GeLU'(y)] = Phi(m/sqrt(1 + v)) + m phi(m/sqrt(1 + v))/(1 + v)^(3/2)
 // for y ~ N(m, v). The forward integrands are centred (GeLU(x) - E[GeLU(x)],
 // for mu > 0 as s z - (x Phi(-x) - E[x Phi(-x)])), so nothing cancels when
-// |mu| >> s. Measured accuracy about 1e-13 (docs/components/gelu.md); about
-// 0.4 ms per forward + backward. For s^2 <= 1/16 an exact Hermite series
+// |mu| >> s: about 1e-13 (docs/components/gelu.md). For s^2 <= 1/16 an exact Hermite series
 // (GeluHermiteSeries below) replaces the quadrature: full precision for a
 // nearly constant input (s -> 0), where the centred integrand loses
 // 1e-16 |GeLU(mu)|/s, and about a microsecond. When the output variance or E[GeLU'^2] is 0 (s = 0, or
@@ -50,10 +48,10 @@
 #include <vector>
 
 #include <boost/math/quadrature/gauss.hpp>
-#include <boost/math/quadrature/gauss_kronrod.hpp>
 
 #include "sigprop/components/detail/activation_norm.hpp"
 #include "sigprop/core/component.hpp"
+#include "sigprop/numerics/quadrature.hpp"
 
 namespace sigprop {
 
@@ -339,10 +337,7 @@ class GeluQuadrature {
 
   template <class F>
   static R integrate(F f) {
-    using boost::math::quadrature::gauss_kronrod;
-    const R inf = std::numeric_limits<R>::infinity();
-    return gauss_kronrod<R, 31>::integrate([&f](R z) { return f(z) * math::normal_pdf(z); }, -inf,
-                                           inf, 15, R(1e-12));
+    return gaussian_expectation<R>(f);
   }
 
   R mu_, var_, s_, mean_, deficit_;

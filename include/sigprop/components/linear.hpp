@@ -11,6 +11,7 @@
 // uncorrelated at initialization (the usual mean-field assumption; checked by
 // simulation in docs/schemes.md):
 //   E||dW||_F^2 = d_in d_out L [ (s^2 + mu^2) Var[g] + (L - 1)(r s^2 + mu^2) r_g Var[g] ].
+// Docs: docs/components/linear.md.
 #pragma once
 
 #include "sigprop/core/component.hpp"

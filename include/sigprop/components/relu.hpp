@@ -313,11 +313,10 @@ class Relu : public Component<Relu<T>, T> {
  private:
   // At a negative mean the moments are small differences of terms of size
   // |a| phi(a) and Phi(a), and the orthant probability Phi(a) - 2T(a, b)
-  // cancels too (66 eps in the variance, 436 eps in r_out at a = -2 in
-  // double; docs/accuracy.md). Scalar double therefore evaluates them in
-  // long double (11 more bits on x86-64) when a < 0, down to the floor
-  // a_floor, below which the correlations are those at the floor (computed
-  // as before). Batches and the mean-zero path of the stacks are unchanged.
+  // cancels too (docs/accuracy.md). Scalar double therefore evaluates them
+  // in long double (11 more bits on x86-64) when a < 0, down to the floor
+  // a_floor, below which the correlations are those at the floor. Batches
+  // and the mean-zero path of the stacks stay in T.
   static bool widened(const Moments<double>& in) {
     const double floor = detail::relu_correlation_floor<double>();
     return in.mean < 0 && in.var > 0 && in.mean >= floor * std::sqrt(in.var);

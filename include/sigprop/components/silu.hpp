@@ -4,95 +4,25 @@
 // References: Elfwing, Uchibe and Doya, "Sigmoid-weighted linear units for
 // neural network function approximation in reinforcement learning" (Neural
 // Networks 107, 2018); Ramachandran, Zoph and Le, "Searching for activation
-// functions" (2017, arXiv:1710.05941), who call it Swish; Shazeer, "GLU
-// variants improve transformer" (2020, arXiv:2002.05202), SwiGLU.
+// functions" (2017, arXiv:1710.05941); Shazeer, "GLU variants improve
+// transformer" (2020, arXiv:2002.05202).
 //
-// NOT closed form: no closed form is known for these Gaussian moments, so
-// they are evaluated by numerical quadrature (below), for any input mean.
-//
-// Input model as for GeLU: x ~ N(mu, s^2), and a pair of entries with
-// correlation r (r = corr_len for two positions, r = corr_dim for two hidden
-// units; both go through the same kernel and may be negative). Outputs:
+// Input x ~ N(mu, s^2), a pair of entries with correlation r (corr_len or
+// corr_dim, through the same kernel); g independent of x with mean 0:
 //   mean  E[SiLU(x)]
 //   var   Var[SiLU(x)]
 //   corr  Cov[SiLU(x1), SiLU(x2)] / Var[SiLU(x)]
-// Backward, dx = g SiLU'(x), SiLU'(x) = sigma(x) (1 + x sigma(-x)), g independent
-// of x with mean 0:
-//   Var[dx]         = Var[g] E[SiLU'(x)^2]
+//   Var[dx]         = Var[g] E[SiLU'(x)^2],    SiLU'(x) = sigma(x) (1 + x sigma(-x))
 //   Corr[dx1, dx2]  = r_g E[SiLU'(x1) SiLU'(x2)] / E[SiLU'(x)^2]   (r = corr_len).
-//
-// Evaluation, fast path. The correlations (forward and backward, any r) come
-// from the Hermite expansion of u(z) below (detail/hermite_expansion.hpp:
-// Mehler's formula, Cov = sum_k a_k^2 r^k, E[SiLU'(x1) SiLU'(x2)] =
-// sum_k k a_k^2 r^(k-1)), its coefficients from one Gauss-Hermite rule of 64
-// to 512 nodes, whenever the expansion's Parseval sums match the 1-D
-// integrals Var[u] and E[SiLU'^2] to 1e-14 -- for input variances up to 4 at
-// least, where a forward + backward takes about 0.1 ms instead of 2-5 ms.
-// Otherwise, for s >= 3, mu/s >= -4 and r <= 0.999, the ReLU split:
-// SiLU = ReLU - h, h(x) = |x| sigma(-|x|) bounded and localized, so the
-// covariance is ReLU's closed form (relu.hpp) plus integrals over h's support
-// only (cov_per_var_split; likewise SiLU' = 1{x > 0} + q, grad_cross_split),
-// within 1.3e-15 of the nested quadrature in a third of its time. Otherwise,
-// and as the reference in the tests, the nested quadrature below.
-//
-// Evaluation. With x = mu + s z, z ~ N(0, 1), every moment is a 1-D integral
-// over z (mean, variance, E[SiLU'^2]) or an outer integral over z whose
-// integrand holds the conditional expectation over the partner
-// x2 | x1 ~ N(mu + r s z, s^2 (1 - r^2)), itself a 1-D integral over
-// w ~ N(0, 1) (v = s^2 (1 - r^2) = 0 at r = +-1 needs none). Both levels use
-// adaptive Gauss-Kronrod: the 61-point rule with Boost.Math's nodes and
-// weights (boost::math::quadrature::gauss_kronrod<R, 61>, gauss<R, 30>), error
-// estimate |K61 - G30|, and QUADPACK's global bisection of the worst piece
-// (Piessens et al., QUADPACK, 1983, routine QAG) until the summed estimate is
-// below 1e-12 max(|integral|, floor), at most 64 pieces. Boost's own adaptive
-// driver is not used: its tolerance is only relative to the integral, which a
-// covariance near 0 does not have (and the error estimate it returns for a
-// single rule application is, in Boost 1.74, not scaled to the interval).
-// Numerics:
-// - Absolute floor: each integrand that can cancel gets one, the output
-//   variance for an outer covariance integral (so a correlation is accurate to
-//   1e-12 absolute), its square root for the inner ones, the rms for E[u].
-// - The forward integrands are centred and divided by s: with
-//   u(z) = (SiLU(mu + s z) - SiLU(mu)) / s and its mean m_u,
-//   mean = SiLU(mu) + s m_u, var = s^2 E[(u - m_u)^2],
-//   cov = s^2 E_z[(u(z) - m_u)(E_w[u(r z + sqrt(1 - r^2) w)] - m_u)].
-//   The difference d sigma(x) + mu (sigma(x) - sigma(mu)), x = mu + d, d = s z,
-//   is formed for |d| <= 1 as sigma(x) (d (1 + B) - B (e^-d - 1 + d)),
-//   B = mu sigma(-mu), with e^-d - 1 + d from its Taylor series below 1/2, and
-//   further apart from the smaller sigmoid tails. So neither mu >> s nor
-//   s -> 0 cancels, not even at the SiLU minimum (mu = -1.27846, where
-//   1 + B = SiLU'(mu)/sigma(mu) = 0); SiLU' is rearranged the same way.
-// - sigma is evaluated as 1/(1 + e) or e/(1 + e) with e = exp(-|x|) <= 1, which
-//   neither overflows nor loses the lower tail.
-// - Range and cuts: beyond |z| = 38.6 the density underflows. The integrand's
-//   mass lies near 0 unless the SiLU argument m is negative, where it grows
-//   like e^(scale z) up to the kink z = -m/scale (SiLU's transition, width
-//   1/scale in z); the range is [-12, 12] widened by that reach, cut at 0 and,
-//   when scale > 1 (transition narrower than the Gaussian), at the kink and
-//   kink +- 40/scale (sigma(40) = 1 - 4e-18), so that no sharp feature lies
-//   inside a piece.
-// - Narrow partners: where the partner's conditional spread s sqrt(1 - r^2)
-//   is at most 1/2 (r near +-1 at any s; SiLU's deep stacks, where the
-//   length correlation tends to 1), its expectation is a smooth Gaussian
-//   average of a function analytic in |Im w| < pi / (s sqrt(1 - r^2)) (the
-//   sigmoid's poles at +-i pi), and a fixed 24-node Gauss-Hermite rule
-//   (detail/hermite_expansion.hpp) replaces the adaptive inner integral:
-//   within rounding (1.1e-15) of it up to a spread of 1, 5-20 times faster.
-// Measured (docs/components/silu.md): every output within 1e-15 of an
-// independent long-double evaluation over mu in [-30, 10], s^2 in [0.01, 1e4],
-// r in [-0.99, 0.999]. The nested integrals take 15000 to 200000 integrand
-// evaluations per covariance (1 ms per forward + backward for s^2 <= 1, about
-// 10 ms for large variances); the expansion 64 to 512.
-//
-// Limits: s = 0 gives SiLU(mu), variance 0 and, as for GeLU, the input's
-// correlations (the s -> 0 limit, where SiLU acts linearly); E[SiLU'^2] =
-// SiLU'(mu)^2 and the gradient correlation r_g. The same convention applies
-// when the standardized output variance (or E[SiLU'^2]) is too small to divide
-// by (below 1e-292: mu below about -342 at s = 1). s -> 0: var ->
-// s^2 SiLU'(mu)^2 (s^2/4 at mu = 0), corr -> r (r^2 at the minimum, where
-// SiLU is locally quadratic). s -> inf: SiLU - ReLU is bounded and localized,
-// so every moment tends to ReLU's (the arc-cosine kernel at mean 0). r = 0
-// gives corr 0 exactly and the gradient r_g E[SiLU']^2/E[SiLU'^2].
+// No closed form is known: these Gaussian expectations are evaluated
+// numerically for any input mean, to about 1e-15. The correlations come from
+// the Hermite expansion (Mehler's formula, numerics/hermite_expansion.hpp) where
+// its Parseval sums close, else at large variances from the ReLU split
+// SiLU = ReLU - h (relu.hpp's closed form plus integrals over h's support),
+// else from nested adaptive Gauss-Kronrod (numerics/quadrature.hpp).
+// s = 0, or a standardized variance below 1e-292: SiLU(mu), variance 0, the
+// input's correlations; E[SiLU'^2] = SiLU'(mu)^2 and r_g.
+// Docs: docs/components/silu.md ("How the moments are evaluated", "Accuracy").
 #pragma once
 
 #include <algorithm>
@@ -102,118 +32,28 @@
 #include <optional>
 #include <type_traits>
 
-#include <boost/math/quadrature/gauss.hpp>
-#include <boost/math/quadrature/gauss_kronrod.hpp>
-
 #include "sigprop/components/detail/activation_norm.hpp"
-#include "sigprop/components/detail/hermite_expansion.hpp"
 #include "sigprop/components/relu.hpp"
 #include "sigprop/core/component.hpp"
 #include "sigprop/core/memo.hpp"
+#include "sigprop/numerics/hermite_expansion.hpp"
+#include "sigprop/numerics/quadrature.hpp"
+#include "sigprop/numerics/sigmoid.hpp"
 
 namespace sigprop {
 
 namespace detail {
 
-/// The logistic sigmoid at x and -x from one e = exp(-|x|) <= 1: no overflow,
-/// and the lower tail e/(1 + e) keeps its relative accuracy.
-template <class R>
-struct SiluSigmoid {
-  R plus, minus;  // sigma(x), sigma(-x) = 1 - sigma(x)
-  explicit SiluSigmoid(R x) {
-    // exp underflows to 0 past -log(denorm_min) (744 for double); skipping the
-    // call there skips libm's slow underflow path (a large-variance input
-    // reaches it at most quadrature nodes).
-    static const R underflow = -std::log(std::numeric_limits<R>::denorm_min());
-    const R e = std::abs(x) < underflow ? std::exp(-std::abs(x)) : R(0);
-    const R upper = 1 / (1 + e), lower = e / (1 + e);
-    plus = x >= 0 ? upper : lower;
-    minus = x >= 0 ? lower : upper;
-  }
-};
-
-template <class R>
-R silu_value(R x) {
-  return x * SiluSigmoid<R>(x).plus;
-}
-
-/// SiLU'(x) = sigma(x) (1 + x sigma(-x)).
-template <class R>
-R silu_derivative(R x) {
-  const SiluSigmoid<R> sig(x);
-  return sig.plus * (1 + x * sig.minus);
-}
-
-/// e^-d - 1 + d, |d| <= 1, without the cancellation of expm1(-d) + d: below
-/// 1/2 its Taylor series (d^2/2)(1 - d/3 (1 - d/4 (1 - ... (1 - d/18)))), the
-/// first term left out below 1e-20 relative.
-template <class R>
-R silu_exp_remainder(R d) {
-  if (std::abs(d) >= R(0.5)) return std::expm1(-d) + d;
-  R t = 1;
-  for (int k = 18; k >= 3; --k) t = 1 - d / R(k) * t;
-  return d * d / 2 * t;
-}
-
-/// SiLU(mu + d) - SiLU(mu) = d sigma(x) + mu (sigma(x) - sigma(mu)), x = mu + d.
-/// For |d| <= 1, with sigma(x) - sigma(mu) = sigma(x) sigma(-mu) (1 - e^-d) and
-/// B = mu sigma(-mu), it is sigma(x) (d (1 + B) - B (e^-d - 1 + d)): the part
-/// linear in d is separate, so nothing cancels even where 1 + B = SiLU'(mu)/sigma(mu)
-/// vanishes (the SiLU minimum). Further apart, the difference of the smaller
-/// sigmoid tails. `at_mu` is sigma at mu.
-template <class R>
-R silu_difference(R mu, const SiluSigmoid<R>& at_mu, R d) {
-  const R x = mu + d;
-  const SiluSigmoid<R> sig(x);
-  if (std::abs(d) <= 1) {
-    const R b = mu * at_mu.minus;
-    return sig.plus * (d * (1 + b) - b * silu_exp_remainder(d));
-  }
-  const R diff = mu >= 0 && x >= 0 ? at_mu.minus - sig.minus : sig.plus - at_mu.plus;  // sigma(x) - sigma(mu)
-  return d * sig.plus + mu * diff;
-}
-
-/// SiLU'(mu + d) = sigma(x) (1 + x sigma(-x)). For |d| <= 1 the bracket is
-/// (1 + B) + d sigma(-x) - B sigma(x) (1 - e^-d), B = mu sigma(-mu), which keeps
-/// its relative accuracy where SiLU' vanishes (the minimum) as long as mu does
-/// not sit there too. `at_mu` is sigma at mu.
-template <class R>
-R silu_derivative_near(R mu, const SiluSigmoid<R>& at_mu, R d) {
-  const R x = mu + d;
-  if (std::abs(d) > 1) return silu_derivative(x);
-  const SiluSigmoid<R> sig(x);
-  const R b = mu * at_mu.minus;
-  return sig.plus * ((1 + b) + d * sig.minus + b * sig.plus * std::expm1(-d));
-}
-
-/// ReLU(x) - SiLU(x) = |x| sigma(-|x|) >= 0: at most 0.2785, below
-/// |x| e^-|x|, with a kink at 0 (the ReLU split, header comment).
-template <class R>
-R silu_relu_gap(R x) {
-  const R t = std::abs(x);
-  return t * SiluSigmoid<R>(t).minus;
-}
-
-/// SiLU'(x) - 1{x > 0} = sign(x) sigma(-|x|) (|x| sigma(|x|) - 1): at most 1/2
-/// in size, below (1 + |x|) e^-|x|, with a jump from 1/2 to -1/2 at 0.
-template <class R>
-R silu_step_gap(R x) {
-  const R t = std::abs(x);
-  const SiluSigmoid<R> sig(t);
-  const R v = sig.minus * (t * sig.plus - 1);
-  return x > 0 ? v : -v;
-}
-
-/// Moments of SiLU(mu + s z), z ~ N(0, 1), s > 0, by adaptive Gauss-Kronrod
-/// (header comment). Scalar only; R is at least double.
+/// Moments of SiLU(mu + s z), z ~ N(0, 1), s > 0 (header comment). Scalar
+/// only; R is at least double.
 template <class R>
 class SiluQuadrature {
  public:
   using Expansion = HermiteExpansion<R>;
 
   /// How the nested quadrature takes the partner's conditional expectation:
-  /// `automatic` by a fixed Gauss-Hermite rule where the partner is narrow
-  /// (header comment), `adaptive` always adaptively (the tests' reference).
+  /// `automatic` by a fixed Gauss-Hermite rule where the partner is narrow,
+  /// `adaptive` always adaptively (the tests' reference).
   enum class PartnerRule { automatic, adaptive };
 
   SiluQuadrature(R mean, R var, PartnerRule partner = PartnerRule::automatic)
@@ -257,7 +97,7 @@ class SiluQuadrature {
 
   /// Corr[SiLU(x1), SiLU(x2)] at correlation r; `var_per_var` is
   /// var_per_var(). From the Hermite expansion of u where it closes against
-  /// var_per_var (detail/hermite_expansion.hpp), else cov_per_var / var_per_var.
+  /// var_per_var (numerics/hermite_expansion.hpp), else cov_per_var / var_per_var.
   R corr(R r, R var_per_var) const {
     if (r == 0) return 0;
     const auto& e = expansion(Expansion::Check::value, var_per_var);
@@ -274,9 +114,8 @@ class SiluQuadrature {
   }
 
   /// Whether the correlations at r not given by the expansion come from the
-  /// ReLU split rather than the nested quadrature (header comment): s >= 3,
-  /// mu/s >= -4 and r <= 0.999 (nearer 1 the split's terms cancel: 5e-13 at
-  /// r = 1 - 1e-12, mu = -8, s = 3, where the nested quadrature keeps 1e-16).
+  /// ReLU split rather than the nested quadrature: s >= 3, mu/s >= -4 and
+  /// r <= 0.999 (nearer 1 the split's terms cancel; docs/components/silu.md).
   bool splits(R r) const { return s_ >= 3 && kink_ <= 4 && r <= R(0.999); }
 
   /// cov_per_var by the ReLU split: SiLU = ReLU - h, h = silu_relu_gap, so
@@ -340,9 +179,8 @@ class SiluQuadrature {
 
   /// Where the expansion's Parseval check fails with every rule, so that
   /// corr() and grad_corr() do not attempt it (four rules, up to 512 nodes):
-  /// s >= 4.5 with -12 <= mu/s <= 3.5. Measured: none of 1161 inputs on a grid
-  /// over s in [4.5, 1000], mu/s in [-12, 4] closes but s = 4.5, mu/s = 4
-  /// (test_silu, "the expansion is not attempted where it cannot close").
+  /// s >= 4.5 with -12 <= mu/s <= 3.5 (test_silu, "the expansion is not
+  /// attempted where it cannot close").
   bool expansion_hopeless() const { return s_ >= R(4.5) && kink_ <= 12 && kink_ >= R(-3.5); }
 
   /// The expansion as Expansion::expand builds it, attempted regardless of
@@ -410,8 +248,8 @@ class SiluQuadrature {
   // E[f(W)], W ~ N(0, 1), for a partner narrower than narrow_partner(): f(w)
   // is SiLU or SiLU' at m + scale w, analytic in the strip |Im w| < pi/scale
   // (the sigmoid's poles at +-i pi), so the fixed Gauss-Hermite rule of
-  // narrow_nodes() nodes converges to rounding (header comment, "Narrow
-  // partners").
+  // narrow_nodes() nodes converges to rounding (docs/components/silu.md,
+  // "Narrow partners").
   template <class F>
   static R narrow_expect(F f) {
     static const GaussHermiteRule<R> rule(narrow_nodes());
@@ -421,14 +259,11 @@ class SiluQuadrature {
   }
 
   // E[f(Z)], Z ~ N(0, 1), to 1e-12 max(|E f|, floor), for f built from
-  // SiLU(m + scale Z) with kink = -m/scale (header comment) and, for a pair,
-  // the partner's conditional expectation, whose transition lies at
-  // partner_kink with width partner_width (cut like the own kink where
-  // narrower than 0.1: a pair with r near -1 has it far from the own kink,
-  // where the error estimate of an uncut piece missed it). For m < 0 the
-  // integrand's peak is at most min(2 scale, max(kink, sqrt(scale kink))) from
-  // 0 (the exponential growth stops at the kink, or at kink/|r| for a partner
-  // with r < 0); 12 beyond it the Gaussian has dropped by e^-72.
+  // SiLU(m + scale Z) with kink = -m/scale and, for a pair, the partner's
+  // conditional expectation, whose transition lies at partner_kink with width
+  // partner_width (cut like the own kink where narrower than 0.1). The range
+  // reaches 12 beyond the integrand's peak (docs/components/silu.md, "Range
+  // and cuts").
   template <class F>
   static R expect(F f, R floor, R kink, R scale, R partner_kink = std::numeric_limits<R>::quiet_NaN(),
                   R partner_width = 0) {
@@ -440,16 +275,13 @@ class SiluQuadrature {
     R cuts[9] = {-reach, 0, reach};
     std::size_t n = 3;
     const auto cut = [&](R c) {
-      if (!(std::abs(c) < reach)) return;  // outside, or NaN
-      std::size_t i = n++;  // insertion into the sorted cuts
-      for (; cuts[i - 1] > c; --i) cuts[i] = cuts[i - 1];
-      cuts[i] = c;
+      if (std::abs(c) < reach) insert_cut(cuts, n, c);  // not outside, nor NaN
     };
     if (scale > 1)
       for (R c : {kink, R(kink - 40 / scale), R(kink + 40 / scale)}) cut(c);
     if (partner_width < R(0.1))
       for (R c : {partner_kink, R(partner_kink - 40 * partner_width), R(partner_kink + 40 * partner_width)}) cut(c);
-    return adaptive(g, cuts, n, floor);
+    return adaptive_gauss_kronrod(g, cuts, n, floor);
   }
 
   // E[f(X)], X ~ N(m, sigma^2), for f = silu_relu_gap or silu_step_gap times
@@ -466,90 +298,21 @@ class SiluQuadrature {
     R cuts[6] = {std::max(m - 12 * sigma, -support), std::min(m + 12 * sigma, support)};
     if (!(cuts[0] < cuts[1])) return 0;
     std::size_t n = 2;
-    for (R c : {R(0), feature, R(feature - 12 * width), R(feature + 12 * width)}) {
-      if (!(c > cuts[0] && c < cuts[n - 1])) continue;  // outside, or NaN
-      std::size_t i = n++;  // insertion into the sorted cuts
-      for (; cuts[i - 1] > c; --i) cuts[i] = cuts[i - 1];
-      cuts[i] = c;
-    }
-    return adaptive([&](R x) { return f(x) * math::normal_pdf((x - m) / sigma) / sigma; }, cuts, n, floor);
+    for (R c : {R(0), feature, R(feature - 12 * width), R(feature + 12 * width)})
+      if (c > cuts[0] && c < cuts[n - 1]) insert_cut(cuts, n, c);  // not outside, nor NaN
+    return adaptive_gauss_kronrod([&](R x) { return f(x) * math::normal_pdf((x - m) / sigma) / sigma; }, cuts, n,
+                                  floor);
   }
 
-  // Integral of g over [cuts[0], cuts[n - 1]] by global adaptive bisection
-  // (QUADPACK's QAG strategy): split the piece with the largest error
-  // estimate until the summed estimate is below 1e-12 max(|integral|, floor),
-  // within a budget of 64 pieces (3904 points). The cuts are sorted.
-  template <class G>
-  static R adaptive(const G& g, const R* cuts, std::size_t n, R floor) {
-    constexpr std::size_t budget = 64;
-    R a[budget], b[budget], value[budget], error[budget];
-    std::size_t pieces = 0;
-    for (std::size_t i = 0; i + 1 < n; ++i) {
-      a[pieces] = cuts[i];
-      b[pieces] = cuts[i + 1];
-      value[pieces] = rule(g, a[pieces], b[pieces], error[pieces]);
-      ++pieces;
-    }
-    while (pieces < budget) {
-      R total = 0, total_error = 0;
-      std::size_t worst = 0;
-      for (std::size_t i = 0; i < pieces; ++i) {
-        total += value[i];
-        total_error += error[i];
-        if (error[i] > error[worst]) worst = i;
-      }
-      if (total_error <= tolerance() * std::max(std::abs(total), floor)) break;
-      const R mid = a[worst] + (b[worst] - a[worst]) / 2;
-      a[pieces] = mid;
-      b[pieces] = b[worst];
-      b[worst] = mid;
-      value[worst] = rule(g, a[worst], mid, error[worst]);
-      value[pieces] = rule(g, mid, b[pieces], error[pieces]);
-      ++pieces;
-    }
-    R sum = 0;
-    for (std::size_t i = 0; i < pieces; ++i) sum += value[i];
-    return sum;
-  }
-
-  static constexpr R tolerance() { return R(1e-12); }
   // The partner's spread s sqrt(1 - r^2) up to which narrow_expect replaces
-  // the adaptive inner integral, and its nodes (measured: 24 nodes agree
-  // with the adaptive rule to rounding up to a spread of 1, 16 only to 0.5).
+  // the adaptive inner integral, and its nodes (docs/components/silu.md).
   static constexpr R narrow_partner() { return R(0.5); }
   static constexpr int narrow_nodes() { return 24; }
   // A contribution below this times the floor is left out (10^-4 of the tolerance).
   static constexpr R negligible() { return R(1e-16); }
-  // The Parseval check of the Hermite expansion against the 1-D moments: the
-  // adaptive integrals reach about 1e-15 (docs/components/silu.md), and at
-  // 1e-14 the correlations agree with the 2-D quadrature to a few 1e-15.
+  // The Parseval check of the Hermite expansion against the 1-D moments
+  // (docs/components/silu.md).
   static constexpr R expansion_tolerance() { return R(1e-14); }
-
-  // The Gauss-Kronrod 61-point rule on [a, b] (Boost.Math's nodes and weights)
-  // and its error estimate |K61 - G30|, reported as 0 at the rounding level
-  // 50 eps sum |w f|, below which bisecting a cancelling integrand cannot help.
-  template <class G>
-  static R rule(const G& g, R a, R b, R& error) {
-    error = 0;
-    if (!(a < b)) return 0;
-    using Kronrod = boost::math::quadrature::gauss_kronrod<R, 61>;
-    using Gauss = boost::math::quadrature::gauss<R, 30>;
-    const auto& x = Kronrod::abscissa();
-    const auto& wk = Kronrod::weights();
-    const auto& wg = Gauss::weights();  // at the odd Kronrod nodes
-    const R mid = a + (b - a) / 2, half = (b - a) / 2;
-    const R f0 = g(mid);
-    R kronrod = wk[0] * f0, gauss = 0, l1 = wk[0] * std::abs(f0);
-    for (std::size_t i = 1; i < x.size(); ++i) {
-      const R fp = g(mid + half * x[i]), fm = g(mid - half * x[i]);
-      kronrod += wk[i] * (fp + fm);
-      l1 += wk[i] * (std::abs(fp) + std::abs(fm));
-      if (i % 2 == 1) gauss += wg[i / 2] * (fp + fm);
-    }
-    const R difference = std::abs(kronrod - gauss);
-    error = difference > 50 * std::numeric_limits<R>::epsilon() * l1 ? half * difference : R(0);
-    return half * kronrod;
-  }
 
   // The Hermite expansion of u (one per check, built on first use; not
   // attempted where it cannot close).

@@ -18,9 +18,9 @@
 
 #include "sigprop/core/domain.hpp"
 #include "sigprop/core/hidden_spread.hpp"
-#include "sigprop/core/math.hpp"
 #include "sigprop/core/moments.hpp"
 #include "sigprop/core/validate.hpp"
+#include "sigprop/numerics/math.hpp"
 
 namespace sigprop {
 

@@ -18,7 +18,7 @@
 #include <tuple>
 
 #include "sigprop/core/lanes.hpp"
-#include "sigprop/core/math.hpp"
+#include "sigprop/numerics/math.hpp"
 
 namespace sigprop {
 

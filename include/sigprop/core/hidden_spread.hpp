@@ -48,8 +48,8 @@
 // at corr_len 0.5: 1.34 against 0.74, docs/validation.md).
 #pragma once
 
-#include "sigprop/core/math.hpp"
 #include "sigprop/core/moments.hpp"
+#include "sigprop/numerics/math.hpp"
 
 namespace sigprop::spread {
 

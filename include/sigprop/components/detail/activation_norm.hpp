@@ -26,9 +26,9 @@
 #include <boost/math/quadrature/gauss.hpp>
 
 #include "sigprop/core/lanes.hpp"
-#include "sigprop/core/math.hpp"
 #include "sigprop/core/memo.hpp"
 #include "sigprop/core/moments.hpp"
+#include "sigprop/numerics/math.hpp"
 
 namespace sigprop::detail {
 

@@ -1,4 +1,4 @@
-// sigprop/core/select.hpp -- lane-wise comparisons and selection that stay
+// sigprop/numerics/select.hpp -- lane-wise comparisons and selection that stay
 // vectorized.
 //
 // Eigen 3.4's `(x < y).select(a, b)` has no packet path: a comparison yields

@@ -1,4 +1,4 @@
-// sigprop/components/detail/hermite_expansion.hpp -- the Hermite expansion of
+// sigprop/numerics/hermite_expansion.hpp -- the Hermite expansion of
 // a function of a standard Gaussian, and the pair moments it gives in closed
 // form (Mehler's formula).
 //
@@ -49,7 +49,7 @@
 #include <Eigen/Core>
 #include <Eigen/Eigenvalues>
 
-#include "sigprop/core/math.hpp"
+#include "sigprop/numerics/math.hpp"
 
 namespace sigprop::detail {
 

@@ -1,4 +1,4 @@
-// sigprop/core/math.hpp -- numerically careful building blocks shared by the
+// sigprop/numerics/math.hpp -- numerically careful building blocks shared by the
 // closed forms, written once for scalars and Eigen arrays (one lane per
 // configuration). Formulas call these or unqualified std functions brought in
 // with `using std::sqrt;` so that argument-dependent lookup picks Eigen's
@@ -11,7 +11,7 @@
 #include <boost/math/constants/constants.hpp>
 
 #include "sigprop/core/lanes.hpp"
-#include "sigprop/core/select.hpp"
+#include "sigprop/numerics/select.hpp"
 
 namespace sigprop::math {
 
@@ -105,7 +105,7 @@ T atan(const T& x) {
     using R = real_of<T>;
     const R pi_2 = boost::math::constants::half_pi<R>(), pi_4 = pi_2 / 2;
     const T t = x.abs();
-    const T big = math::less(R(2.414213562373095049), t);   // tan(3 pi/8); masks (core/select.hpp)
+    const T big = math::less(R(2.414213562373095049), t);   // tan(3 pi/8); masks (numerics/select.hpp)
     const T mid = math::less(R(0.4142135623730950488), t);  // tan(pi/8)
     const T y = math::select(big, -1 / t, math::select(mid, (t - 1) / (t + 1), t));
     const T result = math::select(big, pi_2, math::select(mid, pi_4, 0)) + detail::atan_reduced(y);
