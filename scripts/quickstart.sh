@@ -21,7 +21,9 @@ case "${1:-}" in
     "$build/examples/layer_table"
     ;;
   test)
-    cmake --build "$build" -j "$jobs"
+    # What the test suite runs (the tests, the tool, the table generator);
+    # `cmake --build "$build"` builds the examples as well.
+    cmake --build "$build" -j "$jobs" --target sigprop_test_targets
     ctest --test-dir "$build" -j "$jobs" --output-on-failure
     ;;
   *)

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "catch.hpp"
+#include "sigprop/components/layernorm.hpp"
 #include "sigprop/models/measures.hpp"
 #include "sigprop/models/schemes.hpp"
 
