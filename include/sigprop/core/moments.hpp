@@ -34,6 +34,7 @@
 //                     branch (1 outside any branch and after a residual sum).
 #pragma once
 
+#include <tuple>
 #include <type_traits>
 
 #include <Eigen/Core>
@@ -90,6 +91,10 @@ struct Moments {
   T cov_len() const { return corr_len * var; }
   /// Covariance of two hidden units of one position: corr_dim * var.
   T cov_dim() const { return corr_dim * var; }
+
+  /// Every field, in declaration order: the one list that keys, lane
+  /// comparisons and other loops over the state are derived from.
+  auto fields() const { return std::tie(mean, var, corr_len, corr_dim, norm_var_ratio, hidden_spread, linear_share); }
 };
 
 /// m.norm_var_ratio (1 in the lanes of a batch that left it unset).
