@@ -121,6 +121,13 @@ T position_cov_sq(const HeadParams<T>& h, const Moments<T>& in, const T& pos_var
   return pos_var * pos_var * (1 + hidden_spread_of(in)) + (h.d_in - 1) * hidden_cov * hidden_cov;
 }
 
+/// gamma^2 = t m2 E[(S^2)_jj], the squared shift of a value's mean under the
+/// softmax weights (the tilt).
+template <class T>
+T tilt_variance(const HeadParams<T>& h, const AttentionTerms<T>& a) {
+  return h.t() * a.second * a.pos_cov_sq;
+}
+
 /// The shared part that rows of fixed norm lose to the weighting,
 /// (1 - nu) rho (2 - rho) gamma^2, at most the shared part itself.
 template <class T>
@@ -247,7 +254,7 @@ AttentionTerms<T> attention_terms(const HeadParams<T>& h, const Moments<T>& in) 
   const T position_score = position_score_var(h, a);
   a.score_var = score_variance(h, a, position_score);
   a.pos_cov_sq = position_cov_sq(h, in, a.pos_var);
-  a.tilt_var = h.t() * a.second * a.pos_cov_sq;
+  a.tilt_var = tilt_variance(h, a);
   a.shared_shift = shared_shift(in, a);
   WeightInputs<T> w;
   w.one = 0 * L + 1;
