@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "sigprop/core/record.hpp"
 #include "sigprop/montecarlo/components/causal_attention.hpp"
 
 using namespace sigprop;
@@ -345,6 +346,47 @@ TEST_CASE("CausalAttention: batches equal their lanes", "[causal][batch]") {
     CHECK(gx.var(i) == Approx(gi.var).epsilon(1e-13));
     CHECK(gx.corr_len(i) == Approx(gi.corr_len).epsilon(1e-13));
   }
+}
+
+TEST_CASE("Attention and CausalAttention: the memo answers only the same input; the record replays nothing",
+          "[causal][memo]") {
+  // The terms, the causal sums and the causal profile are memoized under the
+  // head's parameters and Moments::fields() (core/memo.hpp): an input that
+  // differs in any one field, evaluated after another input, must give what
+  // it gives on its own.
+  const Moments<double> base{0.1, 1.2, 0.3, 0.01};
+  std::vector<Moments<double>> inputs(7, base);
+  inputs[1].mean = 0.2;
+  inputs[2].var = 1.3;
+  inputs[3].corr_len = 0.4;
+  inputs[4].corr_dim = 0.02;
+  inputs[5].norm_var_ratio = 0.5;
+  inputs[6].hidden_spread = 0.7;
+  const GradMoments<double> g{1.5, 0.2};
+  const Attention<double> full(64, 16, 40, 0.02, 0.03, 0.02, 0.1);
+  const CausalAttention<double> causal(64, 16, 40, 0.02, 0.03, 0.02, 0.1);
+  for (std::size_t i = 1; i < inputs.size(); ++i) {
+    const Moments<double> fresh_full = full.forward(inputs[i]), fresh_causal = causal.forward(inputs[i]);
+    const GradMoments<double> fresh_grad = causal.backward(inputs[i], g);
+    const double fresh_position = causal.position_forward(inputs[i]).back().var;
+    full.forward(base);
+    causal.forward(base);
+    causal.position_forward(base);
+    CHECK(full.forward(inputs[i]).var == fresh_full.var);
+    CHECK(causal.forward(inputs[i]).var == fresh_causal.var);
+    CHECK(causal.forward(inputs[i]).corr_len == fresh_causal.corr_len);
+    CHECK(causal.backward(inputs[i], g).var == fresh_grad.var);
+    causal.forward(base);
+    CHECK(causal.position_forward(inputs[i]).back().var == fresh_position);
+    CHECK(fresh_causal.var != causal.forward(base).var);
+  }
+  // The causal head's record keeps its terms and sums: backward and domain
+  // from it equal backward() and domain().
+  const auto [out, record] = detail::record(causal, base);
+  CHECK(out.var == causal.forward(base).var);
+  causal.forward(inputs[3]);
+  CHECK(detail::backward_recorded(causal, record, g).var == causal.backward(base, g).var);
+  CHECK(detail::domain_recorded(causal, record).key_weight == causal.domain(base).key_weight);
 }
 
 TEST_CASE("CausalAttention: bad parameters throw with the parameter and range", "[causal][errors]") {
