@@ -224,9 +224,8 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
   require_setup(fn, setup);
   const std::size_t N = config.layers;
   if (weights.layers.size() != N)
-    throw domain_error(std::string(fn) + ": weights.layers.size() = " +
-                       std::to_string(weights.layers.size()) +
-                       " is outside the valid range {layers = " + std::to_string(N) + "}");
+    sigprop::detail::raise_domain(fn, "weights.layers.size()", std::to_string(weights.layers.size()),
+                                  "{layers = " + std::to_string(N) + "}");
   const auto L = static_cast<Eigen::Index>(config.seq_len), d = static_cast<Eigen::Index>(config.d);
   const bool pre = config.arch == Arch::pre_ln, post = config.arch == Arch::post_ln;
   std::vector<MomentAccumulator> fwd(N + 1), mid(N), branch(2 * N);
