@@ -200,10 +200,10 @@ inline ops::Matrix ffn_branch_backward(const ModelConfig& c, const LayerParams& 
   if (c.dropout > 0) g = g.cwiseProduct(cache.out_mask);
   if (c.gated_ffn) {
     ops::GatedWeightGrads w;
-    ops::Matrix dh = ops::gated_backward(to_op(c.activation), cache.ffn, h, p.w1, p.wgate, p.w2, g, &w);
+    ops::Matrix dx = ops::gated_backward(to_op(c.activation), cache.ffn, h, p.w1, p.wgate, p.w2, g, &w);
     norms.ffn1 = w.w1;
     norms.ffn2 = w.w2;
-    return dh;
+    return dx;
   }
   norms.ffn2 = (cache.ffn.act.transpose() * g).squaredNorm();
   const ops::Matrix g_hidden = ops::activation_backward(to_op(c.activation), cache.ffn.pre, g * p.w2.transpose());

@@ -108,8 +108,8 @@ inline Matrix gated_forward(Activation a, const Matrix& x, const Matrix& w1, con
   return c.act.cwiseProduct(c.value) * w2;
 }
 
-/// Squared Frobenius norms of the gated FFN's weight gradients dW1 = X^T dA,
-/// dW2 = H^T g.
+/// Squared Frobenius norms of the gated FFN's weight gradients
+/// dW1 = X^T d(X W1) and dW2 = H^T g.
 struct GatedWeightGrads {
   double w1 = 0, w2 = 0;
 };

@@ -177,12 +177,11 @@ class VectorMomentAccumulator {
     energy_.push_back(g.squaredNorm() / d);
   }
 
-  /// Var[|x_c|^2] / (2 E[|x_c|^2]^2/(d - 1)), split (law of total variance)
-  /// into the variance within a trial and that of the trial's mean row norm (the part all rows share:
-  /// weights, the part shared by all positions), per trial around the
-  /// pooled mean. The split keeps the shared part's fourth moment out of the
-  /// standard error (a single pooled second moment per trial carried it:
-  /// +-1.1 instead of +-0.04 at nu = 2.2 over 200 trials of 96 rows).
+  /// Var[|x_c|^2] / (2 E[|x_c|^2]^2/(d - 1)), split by the law of total
+  /// variance into the variance within a trial and that of the trial's mean
+  /// row norm (the part all rows share: the weights, the part common to all
+  /// positions), per trial around the pooled mean. The split keeps the
+  /// shared part's fourth moment out of the standard error.
   Estimate norm_var_ratio() const {
     require(!sq_norm_.empty());
     if (sq_norm_.size() < 2)

@@ -1,7 +1,7 @@
 // sigprop/montecarlo/components/gated.hpp -- the empirical twin of the gated
-// FFN block (blocks/ffn_block.hpp, glu_ffn_block): real
-// Y = dropout((act(X W1) * (X V)) W2) with Gaussian W1, V, W2 and real backprop
-//   dH = dY W2^T,  dX = (dH * X V * act'(X W1)) W1^T + (dH * act(X W1)) V^T.
+// FFN block (blocks/ffn_block.hpp, glu_ffn_block): the real gated FFN of
+// ops.hpp (ops::gated_forward, ops::gated_backward; the same the whole-model
+// simulation runs) with Gaussian W1, V, W2, output dropout and real backprop.
 #pragma once
 
 #include "sigprop/blocks/ffn_block.hpp"
