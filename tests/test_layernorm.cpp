@@ -15,6 +15,7 @@ using sigprop::LayerNorm;
 using sigprop::Moments;
 using sigprop::test::cos_angle_by_quadrature;
 using sigprop::test::cos_angle_k3;
+using sigprop::test::z_score;
 
 TEST_CASE("LayerNorm: forward closed form at hand-computed points", "[layernorm]") {
   const LayerNorm<double> ln4(4);
@@ -169,9 +170,6 @@ TEST_CASE("LayerNorm: Monte Carlo at small d pins the finite-d forms", "[layerno
     setup.trials = 3000;
     setup.seed = 11 + static_cast<std::uint64_t>(c.d);
     const auto sim = sigprop::montecarlo::simulate(ln, in, g, setup);
-    const auto z = [](const sigprop::montecarlo::Estimate& e, double predicted) {
-      return std::abs(e.value - predicted) / e.std_error;
-    };
     std::printf("d = %4.0f: corr_len exact %.5f  MC %.5f +- %.5f  paper %.5f | grad var exact %.5f  MC %.5f +- %.5f  "
                 "paper %.5f | grad cov exact %.5f  MC %.5f +- %.5f\n",
                 c.d, out.corr_len, sim.forward.corr_len.value, sim.forward.corr_len.std_error,
@@ -185,14 +183,14 @@ TEST_CASE("LayerNorm: Monte Carlo at small d pins the finite-d forms", "[layerno
     CHECK(std::abs(sim.forward.mean.value) < 1e-12);
     CHECK(sim.forward.var.value == Approx(1).epsilon(1e-12));
     CHECK(sim.forward.corr_dim.value == Approx(out.corr_dim).epsilon(1e-10));
-    CHECK(z(sim.forward.cov_len, out.cov_len()) < 5);
+    CHECK(z_score(sim.forward.cov_len, out.cov_len()) < 5);
     if (c.d >= 6) {
-      CHECK(z(sim.backward.var, gin.var) < 5);
-      CHECK(z(sim.backward.cov_len, gin.cov_len()) < 5);
+      CHECK(z_score(sim.backward.var, gin.var) < 5);
+      CHECK(z_score(sim.backward.cov_len, gin.cov_len()) < 5);
     }
     if (c.d == 6) {  // the paper's r (1 - 1/d) and g^2/s^2
-      CHECK(z(sim.forward.cov_len, c.corr_len * (1 - 1 / c.d)) > 5);
-      CHECK(z(sim.backward.var, c.grad_var / c.var) > 5);
+      CHECK(z_score(sim.forward.cov_len, c.corr_len * (1 - 1 / c.d)) > 5);
+      CHECK(z_score(sim.backward.var, c.grad_var / c.var) > 5);
     }
   }
 }
