@@ -14,6 +14,9 @@
 using sigprop::Attention;
 using sigprop::GradMoments;
 using sigprop::Moments;
+using sigprop::test::check_within;
+using sigprop::test::outside;
+using sigprop::test::z_score;
 namespace mc = sigprop::montecarlo;
 
 namespace {
@@ -33,22 +36,6 @@ Uniform uniform_attention(double d_in, double d_k, double L, double v_var, doubl
   return {d_in * v_var * (common * (L - 1) / L + m2 / (L * (1 - p))),
           d_in * v_var * (common + (m2 - common) / L),
           gv * (1 / (L * (1 - p)) + g.corr_len * (L - 1) / L), gv * (1 + (L - 1) * g.corr_len) / L};
-}
-
-// |measured - predicted| <= z standard errors.
-void check_z(const char* what, const mc::Estimate& measured, double predicted, double z = 5) {
-  INFO(what << ": measured " << measured.value << " +- " << measured.std_error << ", predicted "
-            << predicted);
-  CHECK(std::abs(measured.value - predicted) <= z * measured.std_error);
-}
-
-// |measured - predicted| <= z standard errors + a documented bias of the
-// closed form (a fraction of `scale`, the predicted variance).
-void check_z_bias(const char* what, const mc::Estimate& measured, double predicted, double bias, double scale,
-                  double z = 5) {
-  INFO(what << ": measured " << measured.value << " +- " << measured.std_error << ", predicted " << predicted
-            << ", allowed bias " << bias * scale);
-  CHECK(std::abs(measured.value - predicted) <= z * measured.std_error + bias * scale);
 }
 
 }  // namespace
@@ -398,12 +385,12 @@ TEST_CASE("Attention: Monte Carlo where the closed form is exact", "[attention][
     const auto out = layer.forward(c.in);
     const auto grad = layer.value_path(c.in, c.g);
     INFO("L = " << c.L << ", p = " << c.p << ", r = " << c.in.corr_len);
-    check_z("mean", sim.forward.mean, 0);
-    check_z("var", sim.forward.var, out.var);
-    check_z("cov_len", sim.forward.cov_len, out.cov_len());
-    check_z("cov_dim", sim.forward.cov_dim, 0);  // independent columns of Wv
-    check_z("value-path grad var", sim.backward_value_path.var, grad.var);
-    check_z("value-path grad cov_len", sim.backward_value_path.cov_len, grad.cov_len());
+    check_within("mean", sim.forward.mean, 0, 5);
+    check_within("var", sim.forward.var, out.var, 5);
+    check_within("cov_len", sim.forward.cov_len, out.cov_len(), 5);
+    check_within("cov_dim", sim.forward.cov_dim, 0, 5);  // independent columns of Wv
+    check_within("value-path grad var", sim.backward_value_path.var, grad.var, 5);
+    check_within("value-path grad cov_len", sim.backward_value_path.cov_len, grad.cov_len(), 5);
     // The softmax path is exact here too: 0 with k_var = 0 (K = 0 and Wk = 0)
     // and at r = 1 without dropout (dP_ik = g_i . V_k is constant along k);
     // at r = 1 with dropout only the key path's dropout term remains.
@@ -412,11 +399,11 @@ TEST_CASE("Attention: Monte Carlo where the closed form is exact", "[attention][
       CHECK(sim.backward_softmax_path.var.value <= 1e-20);
       CHECK(std::abs(sim.backward_softmax_path.cov_len.value) <= 1e-20);
     } else {
-      check_z("softmax-path grad var", sim.backward_softmax_path.var, softmax.var);
-      check_z("softmax-path grad cov_len", sim.backward_softmax_path.cov_len, softmax.cov_len());
+      check_within("softmax-path grad var", sim.backward_softmax_path.var, softmax.var, 5);
+      check_within("softmax-path grad cov_len", sim.backward_softmax_path.cov_len, softmax.cov_len(), 5);
     }
-    check_z("total grad var", sim.backward.var, total.var);
-    check_z("total grad cov_len", sim.backward.cov_len, total.cov_len());
+    check_within("total grad var", sim.backward.var, total.var, 5);
+    check_within("total grad cov_len", sim.backward.cov_len, total.cov_len(), 5);
   }
 }
 
@@ -455,15 +442,13 @@ TEST_CASE("Attention: Monte Carlo at the corrected terms", "[attention][montecar
     const auto out = layer.forward(c.in), paper = layer.forward_paper(c.in);
     const auto grad = layer.value_path(c.in, c.g), paper_grad = layer.backward_paper(c.in, c.g);
     INFO(c.correction);
-    check_z("var", sim.forward.var, out.var);
-    check_z("corr_len", sim.forward.corr_len, out.corr_len);
-    check_z("value-path grad var", sim.backward_value_path.var, grad.var);
-    check_z("value-path grad cov_len", sim.backward_value_path.cov_len, grad.cov_len());
+    check_within("var", sim.forward.var, out.var, 5);
+    check_within("corr_len", sim.forward.corr_len, out.corr_len, 5);
+    check_within("value-path grad var", sim.backward_value_path.var, grad.var, 5);
+    check_within("value-path grad cov_len", sim.backward_value_path.cov_len, grad.cov_len(), 5);
     const double paper_miss =
-        std::max({std::abs(sim.forward.var.value - paper.var) / sim.forward.var.std_error,
-                  std::abs(sim.forward.corr_len.value - paper.corr_len) / sim.forward.corr_len.std_error,
-                  std::abs(sim.backward_value_path.var.value - paper_grad.var) /
-                      sim.backward_value_path.var.std_error});
+        std::max({z_score(sim.forward.var, paper.var), z_score(sim.forward.corr_len, paper.corr_len),
+                  z_score(sim.backward_value_path.var, paper_grad.var)});
     CHECK(paper_miss > 10);
   }
 }
@@ -505,12 +490,12 @@ TEST_CASE("Attention: Monte Carlo of the gradient by path", "[attention][monteca
     const auto value = layer.value_path(c.in, c.g), softmax = layer.softmax_path(c.in, c.g);
     const auto total = layer.backward(c.in, c.g);
     INFO(c.what);
-    check_z("value-path grad var", sim.backward_value_path.var, value.var);
-    check_z("value-path grad cov_len", sim.backward_value_path.cov_len, value.cov_len());
-    check_z_bias("softmax-path grad var", sim.backward_softmax_path.var, softmax.var, 0.035, softmax.var);
-    check_z("softmax-path grad cov_len", sim.backward_softmax_path.cov_len, softmax.cov_len());
-    check_z_bias("total grad var", sim.backward.var, total.var, 0.035, softmax.var);
-    check_z("total grad cov_len", sim.backward.cov_len, total.cov_len());
+    check_within("value-path grad var", sim.backward_value_path.var, value.var, 5);
+    check_within("value-path grad cov_len", sim.backward_value_path.cov_len, value.cov_len(), 5);
+    check_within("softmax-path grad var", sim.backward_softmax_path.var, softmax.var, 5, 0.035 * softmax.var);
+    check_within("softmax-path grad cov_len", sim.backward_softmax_path.cov_len, softmax.cov_len(), 5);
+    check_within("total grad var", sim.backward.var, total.var, 5, 0.035 * softmax.var);
+    check_within("total grad cov_len", sim.backward.cov_len, total.cov_len(), 5);
     const double cross = sim.backward.var.value - sim.backward_value_path.var.value -
                          sim.backward_softmax_path.var.value;
     INFO("cross term " << cross << " of " << sim.backward.var.value);
@@ -565,10 +550,10 @@ TEST_CASE("Attention: IID and near-IID inputs (r = 0 and r -> 0)", "[attention][
     // query-norm average at c sigma^4 = 0.31), covariances 1 percent of the
     // variance (Table 20's convention), the softmax path 3.5 percent.
     const double softmax_var = a.softmax_path(in, g).var;
-    check_z_bias("var", sim.forward.var, out.var, 0.02, out.var);
-    check_z_bias("cov_len", sim.forward.cov_len, out.cov_len(), 0.01, out.var);
-    check_z_bias("grad var", sim.backward.var, grad.var, 0.035, softmax_var);
-    check_z_bias("grad cov_len", sim.backward.cov_len, grad.cov_len(), 0.01, grad.var);
+    check_within("var", sim.forward.var, out.var, 5, 0.02 * out.var);
+    check_within("cov_len", sim.forward.cov_len, out.cov_len(), 5, 0.01 * out.var);
+    check_within("grad var", sim.backward.var, grad.var, 5, 0.035 * softmax_var);
+    check_within("grad cov_len", sim.backward.cov_len, grad.cov_len(), 5, 0.01 * grad.var);
     CHECK(std::abs(out.var / sim.forward.var.value - 1) <= 0.04);
     CHECK(std::abs(grad.var / sim.backward.var.value - 1) <= 0.04);
   }
@@ -620,7 +605,7 @@ TEST_CASE("Attention: Monte Carlo over the Table 21 grid", "[attention][montecar
     INFO("d_in " << point.layer.d_in() << ", d_k " << point.layer.d_k() << ", L "
                  << point.layer.seq_len() << ", r " << point.in.corr_len << ", r_g "
                  << point.grad_out.corr_len << ", p " << point.layer.p());
-    check_z("softmax-path grad var", measured, point.predicted_softmax_path.var);
+    check_within("softmax-path grad var", measured, point.predicted_softmax_path.var, 5);
     softmax_share.push_back(100 * measured.value / point.measured.backward.var.value);
   }
   const auto share = mc::percentiles_of(softmax_share);
@@ -714,9 +699,9 @@ TEST_CASE("Attention: rows of fixed norm (LayerNorm outputs)", "[attention][mont
     const double var = layer.forward(in).var, var_gaussian = layer.forward(gaussian_rows).var;
     const auto grad = layer.backward(in, g);
     INFO("score " << c.score << ", r " << c.r << ", Gaussian-row prediction " << var_gaussian);
-    check_z_bias("var", measured.var, var, 0.02, var);
-    check_z_bias("grad var", measured_grad.var, grad.var, 0.07, layer.softmax_path(in, g).var);
-    if (c.discriminates) CHECK(std::abs(measured.var.value - var_gaussian) > 10 * measured.var.std_error);
+    check_within("var", measured.var, var, 5, 0.02 * var);
+    check_within("grad var", measured_grad.var, grad.var, 5, 0.07 * layer.softmax_path(in, g).var);
+    if (c.discriminates) CHECK(outside(measured.var, var_gaussian, 10));
   }
 }
 
@@ -787,14 +772,15 @@ TEST_CASE("Attention: rows of fixed norm lose part of the shared vector to the w
                 c.score, c.r, c.normalized ? "normalized" : "Gaussian", measured.value, measured.std_error, predicted,
                 100 * (predicted / measured.value - 1), 100 * (without_shift / measured.value - 1));
     INFO("score " << c.score << ", r " << c.r << (c.normalized ? ", normalized" : ", Gaussian") << " rows");
-    check_z_bias("covariance excess", measured, predicted, 0.03, measured.value, 4);
+    check_within("covariance excess", measured, predicted, 4, 0.03 * measured.value);
     const auto measured_position = mc::detail::mean_estimate(position);
     const double predicted_position = out.var * (1 - out.corr_len);
     std::printf("  position-specific: measured %.4g +- %.2g, predicted %.4g (%+.1f %%)%s\n", measured_position.value,
                 measured_position.std_error, predicted_position, 100 * (predicted_position / measured_position.value - 1),
                 c.spread ? ", input spread measured" : "");
-    check_z_bias("position-specific variance", measured_position, predicted_position, 0.04, measured_position.value, 4);
-    if (c.discriminates) CHECK(std::abs(without_shift - measured.value) > 10 * measured.std_error);
+    check_within("position-specific variance", measured_position, predicted_position, 4,
+                 0.04 * measured_position.value);
+    if (c.discriminates) CHECK(outside(measured, without_shift, 10));
   }
 }
 
@@ -834,10 +820,8 @@ TEST_CASE("Attention: a LayerNorm's hidden correlation at large corr_len", "[att
     std::printf("position-specific output variance, r = 0.9, %s rows: measured %.4g +- %.2g, predicted %.4g (%+.1f %%)\n",
                 normalized ? "LayerNorm" : "Gaussian", measured.value, measured.std_error, predicted,
                 100 * (predicted / measured.value - 1));
-    INFO((normalized ? "LayerNorm" : "Gaussian") << " rows: " << predicted << " vs " << measured.value << " +- "
-                                                 << measured.std_error);
-    CHECK(std::abs(predicted - measured.value) <=
-          4 * measured.std_error + (normalized ? 0.10 : 0.02) * measured.value);
+    check_within(normalized ? "LayerNorm rows" : "Gaussian rows", measured, predicted, 4,
+                 (normalized ? 0.10 : 0.02) * measured.value);
   }
 }
 
@@ -883,8 +867,8 @@ TEST_CASE("Attention: the two-query weight F_cov against simulation", "[attentio
                   fixed_norm ? "fixed-norm" : "Gaussian", measured.value, measured.std_error, a.weight_cross,
                   100 * (a.weight_cross / measured.value - 1));
       INFO("r " << r << ", fixed norm " << fixed_norm);
-      check_z_bias("F_cov", measured, a.weight_cross, 0.015, a.weight_cross);
-      if (r == 0 && !fixed_norm) CHECK(std::abs(std::exp(a.width_term / 2) - measured.value) > 10 * measured.std_error);
+      check_within("F_cov", measured, a.weight_cross, 5, 0.015 * a.weight_cross);
+      if (r == 0 && !fixed_norm) CHECK(outside(measured, std::exp(a.width_term / 2), 10));
     }
   }
 }

@@ -8,11 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "catch.hpp"
 #include "sigprop/core/record.hpp"
+#include "support.hpp"
 #include "sigprop/montecarlo/components/causal_attention.hpp"
 
 using namespace sigprop;
+using sigprop::test::outside;
+using sigprop::test::within;
+using sigprop::test::z_score;
 namespace mc = sigprop::montecarlo;
 
 TEST_CASE("CausalAttention: uniform attention (Wq = 0) by hand", "[causal]") {
@@ -105,10 +108,10 @@ TEST_CASE("CausalAttention: sequence averages and per-position variances against
     INFO("r " << pt.r << " score " << pt.score << " L " << pt.seq_len);
     // 4 standard errors plus the approximation allowance of full attention
     // (docs/validation.md: 5 % at its p99 on the Table 21 grid).
-    CHECK(std::abs(y.var - f.var.value) <= 4 * f.var.std_error + 0.05 * f.var.value);
-    CHECK(std::abs(y.corr_len - f.corr_len.value) <= 4 * f.corr_len.std_error + 0.01);
-    CHECK(std::abs(gx.var - b.var.value) <= 4 * b.var.std_error + 0.05 * b.var.value);
-    CHECK(std::abs(gx.corr_len - b.corr_len.value) <= 4 * b.corr_len.std_error + 0.01);
+    CHECK(within(f.var, y.var, 4, 0.05 * f.var.value));
+    CHECK(within(f.corr_len, y.corr_len, 4, 0.01));
+    CHECK(within(b.var, gx.var, 4, 0.05 * b.var.value));
+    CHECK(within(b.corr_len, gx.corr_len, 4, 0.01));
     errors.push_back(std::abs(y.var / f.var.value - 1));
     errors.push_back(std::abs(gx.var / b.var.value - 1));
     // Per position: every output variance at 1, 2, 4, ..., L.
@@ -117,11 +120,11 @@ TEST_CASE("CausalAttention: sequence averages and per-position variances against
       const auto& m = sim.position_var[static_cast<std::size_t>(i - 1)];
       INFO("position " << i << ": " << positions[static_cast<std::size_t>(i - 1)].var << " vs " << m.value << " +- "
                        << m.std_error);
-      CHECK(std::abs(positions[static_cast<std::size_t>(i - 1)].var - m.value) <= 4 * m.std_error + 0.05 * m.value);
+      CHECK(within(m, positions[static_cast<std::size_t>(i - 1)].var, 4, 0.05 * m.value));
     }
     // Full attention (no mask) fails the same comparison: the check can fail.
     const GradMoments<double> full = ca.full().backward(in, g);
-    if (std::abs(full.var - b.var.value) > 4 * b.var.std_error + 0.05 * b.var.value) ++full_misses;
+    if (outside(b.var, full.var, 4, 0.05 * b.var.value)) ++full_misses;
     else std::printf("  full attention passes here: %.4f vs %.4f\n", full.var, b.var.value);
   }
   // All but the score-4, r_g-0.5 point, where the unmasked form lands 11 %
@@ -180,10 +183,10 @@ TEST_CASE("CausalAttention: per-position gradient variances against simulation",
       // 4 standard errors (1-7 % here: each position is one row per trial,
       // a heavy-tailed quadratic form) plus the 5 % allowance of the
       // sequence averages above.
-      CHECK(std::abs(v - m.value) <= 4 * m.std_error + 0.05 * m.value);
+      CHECK(within(m, v, 4, 0.05 * m.value));
       worst = std::max(worst, std::abs(v / m.value - 1));
       ++checked;
-      if (std::abs(blind - m.value) > 4 * m.std_error + 0.05 * m.value) ++blind_misses;
+      if (outside(m, blind, 4, 0.05 * m.value)) ++blind_misses;
     }
     std::printf("\n");
   }
@@ -240,10 +243,11 @@ TEST_CASE("CausalAttention: value-path gradient covariance between positions aga
       const double m = sim.mean(k - 1, k2 - 1), se = sim.std_error(k - 1, k2 - 1), v = predicted(k - 1, k2 - 1);
       std::printf(" (%d,%d) %+.1f%%", k, k2, 100 * (v / m - 1));
       INFO("p " << p << ", (" << k << ", " << k2 << "): " << v << " vs " << m << " +- " << se);
-      CHECK(std::abs(v - m) <= 4 * se);
-      worst_z = std::max(worst_z, std::abs(v - m) / se);
+      const mc::Estimate measured{m, se};
+      CHECK(within(measured, v, 4));
+      worst_z = std::max(worst_z, z_score(measured, v));
       ++checked;
-      if (k == k2 && std::abs(uniform[static_cast<std::size_t>(k - 1)].var - m) > 4 * se) ++uniform_misses;
+      if (k == k2 && outside(measured, uniform[static_cast<std::size_t>(k - 1)].var, 4)) ++uniform_misses;
     }
     std::printf("\n");
     CHECK(predicted.isApprox(predicted.transpose(), 1e-12));

@@ -3,9 +3,10 @@
 // closed forms are deterministic, so the tolerances below are how closely the
 // paper states each claim (its "~"), not sampling noise; the per-layer
 // closed forms themselves are checked against simulation in test_models.cpp.
+#include "support.hpp"
+
 #include <cmath>
 
-#include "catch.hpp"
 #include "sigprop/models/claims.hpp"
 #include "sigprop/models/schemes.hpp"
 #include "sigprop/montecarlo/models.hpp"
@@ -127,7 +128,7 @@ TEST_CASE("claims: Post-LN backward correlation fixed point (the paper's 0.87 is
     INFO("n = " << n << ": predicted " << t.rows[n].backward.corr_len << ", simulated " << m.value << " +- "
                 << m.std_error);
     // 5 standard errors plus 2% for the closed forms' finite-size terms at d = 128.
-    CHECK(std::abs(m.value - t.rows[n].backward.corr_len) <= 5 * m.std_error + 0.02);
+    CHECK(sigprop::test::within(m, t.rows[n].backward.corr_len, 5, 0.02));
     CHECK(m.value < 0.87 - 10 * m.std_error);  // the paper's fixed point is excluded
   }
 }

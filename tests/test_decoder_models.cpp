@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <vector>
 
-#include "catch.hpp"
+#include "support.hpp"
 #include "sigprop/montecarlo.hpp"
 
 using namespace sigprop;
+using sigprop::test::outside;
+using sigprop::test::within;
 namespace mc = sigprop::montecarlo;
 
 namespace {
@@ -60,7 +62,7 @@ TEST_CASE("decoders: per-layer variances against whole-model simulation", "[deco
                    << g.std_error);
       // Forward: 4 standard errors plus 5 % (the sequence-averaged state;
       // measured 0-4.5 %, docs/decoders.md).
-      CHECK(std::abs(r.predicted.rows[n].forward.var - m.value) <= 4 * m.std_error + 0.05 * m.value);
+      CHECK(within(m, r.predicted.rows[n].forward.var, 4, 0.05 * m.value));
       // Gradient: the averaged state misses the spread of the per-position
       // variances that the norms divide by; the error compounds downwards,
       // most where the blocks carry a large share of the stream (DSLM: up to
@@ -68,7 +70,7 @@ TEST_CASE("decoders: per-layer variances against whole-model simulation", "[deco
       // it holds: the top two rows of every model, and every row above the
       // input of the Xavier models.
       if (n + 2 > N || (xavier && n >= 1))
-        CHECK(std::abs(r.predicted.rows[n].backward.var - g.value) <= 4 * g.std_error + 0.08 * g.value);
+        CHECK(within(g, r.predicted.rows[n].backward.var, 4, 0.08 * g.value));
     }
   }
 }
@@ -94,12 +96,12 @@ TEST_CASE("decoders: per-position forward variances against whole-model simulati
       INFO(k.label << " position " << i << ": " << v << " vs " << m.value << " +- " << m.std_error);
       // 4 standard errors (2-4 % at 32 trials) plus the 5 % allowance of
       // the sequence averages (the test above).
-      CHECK(std::abs(v - m.value) <= 4 * m.std_error + 0.05 * m.value);
+      CHECK(within(m, v, 4, 0.05 * m.value));
       errors.push_back(std::abs(v / m.value - 1));
       if (i == 1) {
         ++position_one;
         const double a = average.var + average.mean * average.mean;
-        if (std::abs(a - m.value) > 4 * m.std_error + 0.05 * m.value) ++average_misses;
+        if (outside(m, a, 4, 0.05 * m.value)) ++average_misses;
       }
     };
     for (std::size_t n = 0; n <= config.layers; ++n) {
@@ -152,17 +154,17 @@ TEST_CASE("decoders with rotary embeddings against whole-model simulation", "[de
       INFO(k.label << " row " << n << ": forward " << t.rows[n].forward.var << " vs " << m.value << " +- "
                    << m.std_error << ", gradient " << t.rows[n].backward.var << " vs " << row.value << " +- "
                    << row.std_error);
-      CHECK(std::abs(t.rows[n].forward.var - m.value) <= 4 * m.std_error + 0.05 * m.value);
+      CHECK(within(m, t.rows[n].forward.var, 4, 0.05 * m.value));
       forward_errors.push_back(std::abs(t.rows[n].forward.var / m.value - 1));
       if (n + 2 > N || (xavier && n >= 1)) {
-        CHECK(std::abs(t.rows[n].backward.var - row.value) <= 4 * row.std_error + 0.08 * row.value);
+        CHECK(within(row, t.rows[n].backward.var, 4, 0.08 * row.value));
         gradient_errors.push_back(std::abs(t.rows[n].backward.var / row.value - 1));
       }
       for (std::size_t i = 1; i <= L; i *= 2) {
         const auto& mp = s.forward_by_position[n][i - 1];
         const double v = p.rows[n][i - 1].var + p.rows[n][i - 1].mean * p.rows[n][i - 1].mean;
         INFO("position " << i << ": " << v << " vs " << mp.value << " +- " << mp.std_error);
-        CHECK(std::abs(v - mp.value) <= 4 * mp.std_error + 0.05 * mp.value);
+        CHECK(within(mp, v, 4, 0.05 * mp.value));
         position_errors.push_back(std::abs(v / mp.value - 1));
       }
       double predicted = 0, predicted_plain = 0, measured = 0;
@@ -170,13 +172,13 @@ TEST_CASE("decoders with rotary embeddings against whole-model simulation", "[de
         const mc::Estimate& mg = s.backward_by_position[n][i - 1];
         INFO("gradient at position " << i << ": " << g.rows[n][i - 1].var << " vs " << mg.value << " +- "
                                      << mg.std_error);
-        CHECK(std::abs(g.rows[n][i - 1].var - mg.value) <= 4 * mg.std_error + 0.22 * mg.value);
+        CHECK(within(mg, g.rows[n][i - 1].var, 4, 0.22 * mg.value));
         pair_errors.push_back(std::abs(g.rows[n][i - 1].var / mg.value - 1));
         predicted += g.rows[n][i - 1].var;
         predicted_plain += g_plain.rows[n][i - 1].var;
         measured += mg.value;
       }
-      CHECK(std::abs(predicted / L - row.value) <= 4 * row.std_error + 0.10 * row.value);
+      CHECK(within(row, predicted / L, 4, 0.10 * row.value));
       pair_rows.push_back(std::abs(predicted / measured - 1));
       plain_rows.push_back(std::abs(predicted_plain / measured - 1));
     }
@@ -228,7 +230,7 @@ TEST_CASE("decoders: per-position gradient variances against whole-model simulat
         // 4 standard errors (1.5-4 % at 256 trials) plus the largest error
         // measured at 512 trials, 21 % (llama dslm, position 1 of the input
         // row; docs/decoders.md).
-        CHECK(std::abs(p.var - m.value) <= 4 * m.std_error + 0.22 * m.value);
+        CHECK(within(m, p.var, 4, 0.22 * m.value));
         CHECK(std::abs(p.corr_len) <= 1);
         errors.push_back(std::abs(p.var / m.value - 1));
         predicted += p.var;
@@ -243,7 +245,7 @@ TEST_CASE("decoders: per-position gradient variances against whole-model simulat
       // (measured at most 10.0 % at 512 trials, llama dslm's input row),
       // where the averaged trace misses the dslm models' input rows by 33-41 %.
       const mc::Estimate& row = s.backward[n].var;
-      CHECK(std::abs(predicted / L - row.value) <= 4 * row.std_error + 0.10 * row.value);
+      CHECK(within(row, predicted / L, 4, 0.10 * row.value));
       if (n == 0 && k.scheme == Scheme::dslm) CHECK(std::abs(t.rows[0].backward.var * L / measured - 1) > 0.25);
     }
     std::printf("\n");
@@ -287,8 +289,8 @@ TEST_CASE("decoders: the simulation's per-position moments", "[decoders][monteca
                  << last.value << " +- " << last.std_error);
     if (causal)
       CHECK(first.value > 10 * last.value);  // measured 91 against 1.05 at 128 trials (llama dslm)
-    else
-      CHECK(std::abs(first.value - last.value) <= 4 * std::hypot(first.std_error, last.std_error));
+    else  // their difference within 4 standard errors of 0
+      CHECK(within({first.value - last.value, std::hypot(first.std_error, last.std_error)}, 0, 4));
   };
   check(mc::decoder_models()[1], true);      // llama dslm
   check(mc::validation_models()[2], false);  // pre-ln dslm relu, no mask

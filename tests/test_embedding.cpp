@@ -21,11 +21,11 @@ using sigprop::GradMoments;
 using sigprop::Moments;
 using sigprop::SegmentCorrelation;
 using sigprop::TokenCorrelation;
+using sigprop::test::pi;
+using sigprop::test::z_score;
 namespace mc = sigprop::montecarlo;
 
 namespace {
-
-const double pi = boost::math::constants::pi<double>();
 
 // Direct summations, the independent check of the digamma/trigamma forms.
 double harmonic_by_sum(int v) {
@@ -62,10 +62,6 @@ EmbeddingConfig<double> only(EmbeddingTable t, double vocab, double seq_len) {
   return c;
 }
 
-double z_of(const mc::Estimate& e, double predicted) {
-  return std::abs(e.value - predicted) / e.std_error;
-}
-
 // Every forward quantity within 5 standard errors; returns the simulation.
 mc::SimulationResult check_forward(const char* label, const Embedding<double>& emb, Eigen::Index width,
                                    std::size_t trials, std::uint64_t seed) {
@@ -77,14 +73,14 @@ mc::SimulationResult check_forward(const char* label, const Embedding<double>& e
   const auto pred = emb.forward();
   std::printf("%-34s corr_len measured %.5f +- %.5f, predicted %.5f (z %.2f); var %.4f +- %.4f vs %.4f\n",
               label, sim.forward.corr_len.value, sim.forward.corr_len.std_error, pred.corr_len,
-              z_of(sim.forward.corr_len, pred.corr_len), sim.forward.var.value, sim.forward.var.std_error,
+              z_score(sim.forward.corr_len, pred.corr_len), sim.forward.var.value, sim.forward.var.std_error,
               pred.var);
   INFO(label);
-  CHECK(z_of(sim.forward.mean, 0) <= 5);
-  CHECK(z_of(sim.forward.var, pred.var) <= 5);
-  CHECK(z_of(sim.forward.cov_len, pred.cov_len()) <= 5);
-  CHECK(z_of(sim.forward.corr_len, pred.corr_len) <= 5);
-  CHECK(z_of(sim.forward.cov_dim, 0) <= 5);
+  CHECK(z_score(sim.forward.mean, 0) <= 5);
+  CHECK(z_score(sim.forward.var, pred.var) <= 5);
+  CHECK(z_score(sim.forward.cov_len, pred.cov_len()) <= 5);
+  CHECK(z_score(sim.forward.corr_len, pred.corr_len) <= 5);
+  CHECK(z_score(sim.forward.cov_dim, 0) <= 5);
   return sim;
 }
 
@@ -273,8 +269,8 @@ TEST_CASE("Embedding: measured input moments", "[embedding]") {
   setup.trials = 64;
   setup.seed = 5;
   const auto sim = mc::simulate(emb, {1, 0}, setup);
-  CHECK(z_of(sim.forward.var, 2.2) <= 5);
-  CHECK(z_of(sim.forward.corr_len, 0.29) <= 5);
+  CHECK(z_score(sim.forward.var, 2.2) <= 5);
+  CHECK(z_score(sim.forward.corr_len, 0.29) <= 5);
 }
 
 TEST_CASE("Embedding: bad configuration throws with the parameter and range", "[embedding][errors]") {
@@ -408,10 +404,10 @@ TEST_CASE("Embedding: simulation rejects the paper's token forms for i.i.d. toke
     cfg.token_corr = TokenCorrelation::paper_large_vocab;
     const double large = Embedding<double>(cfg).forward().corr_len;
     std::printf("%-34s paper counts %.5f (z %.1f), paper large-|V| %.5f (z %.1f)\n", "", counts,
-                z_of(r, counts), large, z_of(r, large));
+                z_score(r, counts), large, z_score(r, large));
     INFO(label);
-    CHECK(z_of(r, counts) > 10);
-    CHECK(z_of(r, large) > 10);
+    CHECK(z_score(r, counts) > 10);
+    CHECK(z_score(r, large) > 10);
   }
 }
 
@@ -427,8 +423,8 @@ TEST_CASE("Embedding: simulated segment splits against the exact forms and the p
   cfg.segment_corr = SegmentCorrelation::paper;  // simulated with the same {0, ..., L} split
   const double paper = Embedding<double>(cfg).forward().corr_len;
   std::printf("%-34s paper (2/3 L^2 - L)/(L (L - 1)) %.5f (z %.1f)\n", "", paper,
-              z_of(sim.forward.corr_len, paper));
-  CHECK(z_of(sim.forward.corr_len, paper) > 10);
+              z_score(sim.forward.corr_len, paper));
+  CHECK(z_score(sim.forward.corr_len, paper) > 10);
   // A longer sequence, L = 64.
   cfg = only(EmbeddingTable::segment, 10, 64);
   check_forward("segment L=64 split {1..63}", Embedding<double>(cfg), 16, 2000, 303);
@@ -458,8 +454,8 @@ TEST_CASE("Embedding: Monte Carlo of the row gradients (scatter-add)", "[embeddi
     const auto est = mc::simulate_row_grad(emb, r.table, r.row, g, setup);
     const double pred = emb.row_grad_var(r.table, r.row, g);
     std::printf("row grad %-8s row %-3g measured %.4f +- %.4f, predicted %.4f (z %.2f)\n",
-                sigprop::to_string(r.table), r.row, est.value, est.std_error, pred, z_of(est, pred));
+                sigprop::to_string(r.table), r.row, est.value, est.std_error, pred, z_score(est, pred));
     INFO(sigprop::to_string(r.table) << " row " << r.row);
-    CHECK(z_of(est, pred) <= 5);
+    CHECK(z_score(est, pred) <= 5);
   }
 }

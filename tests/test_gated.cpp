@@ -1,17 +1,20 @@
 // Gated FFN blocks (blocks/gated.hpp, glu_ffn_block): the combinator's
 // algebra, and the whole block against a simulation with real matrices and
 // real backprop.
+#include "support.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
-#include "catch.hpp"
 #include "sigprop/blocks/ffn_block.hpp"
 #include "sigprop/components/silu.hpp"
 #include "sigprop/montecarlo/components/gated.hpp"
 #include "sigprop/montecarlo/statistics.hpp"
 
 using namespace sigprop;
+using sigprop::test::outside;
+using sigprop::test::within;
 namespace mc = sigprop::montecarlo;
 
 TEST_CASE("Gated: moments of a product of independent branches", "[gated]") {
@@ -99,14 +102,14 @@ TEST_CASE("glu_ffn_block against simulation (ReGLU, GeGLU, SwiGLU)", "[gated][mo
               << ", corr " << fwd.corr_len << " vs " << f.corr_len.value << " +- " << f.corr_len.std_error << ", grad "
               << bwd.var << " vs " << b.var.value << " +- " << b.var.std_error << ", grad corr " << bwd.corr_len
               << " vs " << b.corr_len.value << " +- " << b.corr_len.std_error);
-    CHECK(std::abs(fwd.mean - f.mean.value) <= 4 * f.mean.std_error + 1e-12);
-    CHECK(std::abs(fwd.var - f.var.value) <= 4 * f.var.std_error + 3 / d * f.var.value);
-    CHECK(std::abs(fwd.corr_len - f.corr_len.value) <= 4 * f.corr_len.std_error + 1.5 / d);
-    CHECK(std::abs(bwd.var - b.var.value) <= 4 * b.var.std_error + 3 / d * b.var.value);
-    CHECK(std::abs(bwd.corr_len - b.corr_len.value) <= 4 * b.corr_len.std_error + 1.5 / d);
+    CHECK(within(f.mean, fwd.mean, 4, 1e-12));
+    CHECK(within(f.var, fwd.var, 4, 3 / d * f.var.value));
+    CHECK(within(f.corr_len, fwd.corr_len, 4, 1.5 / d));
+    CHECK(within(b.var, bwd.var, 4, 3 / d * b.var.value));
+    CHECK(within(b.corr_len, bwd.corr_len, 4, 1.5 / d));
     // The ungated block of the same widths is a different function, and the
     // same comparison tells it apart at most points: the comparison can fail.
-    if (std::abs(ungated.var - f.var.value) > 4 * f.var.std_error + 3 / d * f.var.value) ++ungated_misses;
+    if (outside(f.var, ungated.var, 4, 3 / d * f.var.value)) ++ungated_misses;
   }
   CHECK(ungated_misses >= 4);
 }

@@ -7,10 +7,11 @@
 // formula fails with probability < 6e-7 per check) plus a stated relative
 // margin for the rule's approximations; each discriminating check also asserts
 // that the form it replaces misses by more than 5 standard errors.
+#include "support.hpp"
+
 #include <cmath>
 #include <cstdio>
 
-#include "catch.hpp"
 #include "sigprop/montecarlo.hpp"
 #include "sigprop/sigprop.hpp"
 
@@ -21,16 +22,14 @@ namespace mc = sigprop::montecarlo;
 using Matrix = Eigen::MatrixXd;
 
 void check_close(const char* what, const mc::Estimate& e, double predicted, double margin) {
-  const double allowed = 5 * e.std_error + margin * std::abs(predicted);
   std::printf("%-40s predicted %.4f measured %.4f +- %.4f\n", what, predicted, e.value, e.std_error);
-  INFO(what << ": predicted " << predicted << ", measured " << e.value << " +- " << e.std_error);
-  CHECK(std::abs(e.value - predicted) <= allowed);
+  sigprop::test::check_within(what, e, predicted, 5, margin * std::abs(predicted));
 }
 
 void check_misses(const char* what, const mc::Estimate& e, double old_form) {
   INFO(what << ": the replaced form " << old_form << ", measured " << e.value << " +- " << e.std_error);
   std::printf("%-40s replaced form %.4f\n", what, old_form);
-  CHECK(std::abs(e.value - old_form) > 5 * e.std_error);
+  CHECK(sigprop::test::outside(e, old_form, 5));
 }
 
 mc::Estimate spread_of(const std::vector<Matrix>& xs) {

@@ -8,39 +8,14 @@
 #include <cmath>
 #include <cstdio>
 
-#include <boost/math/quadrature/gauss_kronrod.hpp>
-
 #include "sigprop/montecarlo/components/layernorm.hpp"
 
 using sigprop::GradMoments;
 using sigprop::LayerNorm;
 using sigprop::Moments;
-
-namespace {
-
-const double pi = boost::math::constants::pi<double>();
-
-// F(rho) = E[cos angle] for d = 4 (k = 3) in elementary form:
-// c0 = 8/(3 pi), 2F1(1/2, 1/2; 5/2; x) = 3/(4x) (sqrt(1 - x) - (1 - 2x) asin(sqrt x)/sqrt x).
-double corr_d4(double rho) {
-  return 2 / (pi * rho) * (std::sqrt(1 - rho * rho) - (1 - 2 * rho * rho) * std::asin(rho) / rho);
-}
-
-// An independent evaluation of F(rho) for any d: E[cos angle] = rho c0 2F1(1/2, 1/2; k/2 + 1; rho^2)
-// with Euler's integral 2F1(1/2, 1/2; c; x) = 2 Gamma(c)/(Gamma(1/2) Gamma(c - 1/2))
-// int_0^{pi/2} cos^{2c-2}(t) / sqrt(1 - x sin^2 t) dt, by adaptive Gauss-Kronrod
-// (cut at t = 12/sqrt(k), beyond which cos^k t < e^{-70}).
-double corr_by_quadrature(double d, double rho) {
-  const double k = d - 1, c = k / 2 + 1, x = rho * rho;
-  auto f = [&](double t) { return std::pow(std::cos(t), 2 * c - 2) / std::sqrt(1 - x * std::sin(t) * std::sin(t)); };
-  const double integral =
-      boost::math::quadrature::gauss_kronrod<double, 61>::integrate(f, 0.0, std::min(pi / 2, 12 / std::sqrt(k)), 15, 1e-14);
-  const double h1 = 2 * std::exp(std::lgamma(c) - std::lgamma(0.5) - std::lgamma(c - 0.5)) * integral;
-  const double c0 = 2 / k * std::exp(2 * (std::lgamma((k + 1) / 2) - std::lgamma(k / 2)));
-  return rho * c0 * h1;
-}
-
-}  // namespace
+using sigprop::test::cos_angle_by_quadrature;
+using sigprop::test::cos_angle_k3;
+using sigprop::test::z_score;
 
 TEST_CASE("LayerNorm: forward closed form at hand-computed points", "[layernorm]") {
   const LayerNorm<double> ln4(4);
@@ -49,19 +24,20 @@ TEST_CASE("LayerNorm: forward closed form at hand-computed points", "[layernorm]
   CHECK(out.mean == 0);
   CHECK(out.var == 1);
   CHECK(out.corr_dim == Approx(-1.0 / 3).epsilon(1e-15));
-  // corr_d4(0.5) = 0.4359908..., where the paper's r (1 - 1/d) gives 0.375.
-  CHECK(out.corr_len == Approx(corr_d4(0.5)).epsilon(1e-14));
+  // At d = 4 the angle is in R^3 (k = d - 1).
+  // cos_angle_k3(0.5) = 0.4359908..., where the paper's r (1 - 1/d) gives 0.375.
+  CHECK(out.corr_len == Approx(cos_angle_k3(0.5)).epsilon(1e-14));
   CHECK(out.corr_len == Approx(0.43599).margin(1e-5));
-  // (corr_d4 itself cancels like 1/rho^2 ulps, so rho >= 0.1 here.)
+  // (cos_angle_k3 itself cancels like 1/rho^2 ulps, so rho >= 0.1 here.)
   for (double rho : {0.1, 0.3, 0.7, 0.7072, 0.95, 0.999999})
-    CHECK(ln4.forward({0, 1, rho, 0}).corr_len == Approx(corr_d4(rho)).epsilon(1e-13));
+    CHECK(ln4.forward({0, 1, rho, 0}).corr_len == Approx(cos_angle_k3(rho)).epsilon(1e-13));
   // Other widths against the quadrature (accurate to ~1e-14 here), on both
   // sides of the series / recurrence switch (x = 1/2, alpha = 24 at d = 49).
   for (double d : {5.0, 6.0, 7.0, 12.0, 31.0, 48.0, 49.0, 50.0, 200.0, 1001.0})
     for (double rho : {0.1, 0.5, 0.7071, 0.7072, 0.9, 0.999}) {
       INFO("d = " << d << ", rho = " << rho);
       CHECK(LayerNorm<double>(d).forward({0, 1, rho, 0}).corr_len ==
-            Approx(corr_by_quadrature(d, rho)).epsilon(1e-12));
+            Approx(cos_angle_by_quadrature(d - 1, rho)).epsilon(1e-12));
     }
 }
 
@@ -194,9 +170,6 @@ TEST_CASE("LayerNorm: Monte Carlo at small d pins the finite-d forms", "[layerno
     setup.trials = 3000;
     setup.seed = 11 + static_cast<std::uint64_t>(c.d);
     const auto sim = sigprop::montecarlo::simulate(ln, in, g, setup);
-    const auto z = [](const sigprop::montecarlo::Estimate& e, double predicted) {
-      return std::abs(e.value - predicted) / e.std_error;
-    };
     std::printf("d = %4.0f: corr_len exact %.5f  MC %.5f +- %.5f  paper %.5f | grad var exact %.5f  MC %.5f +- %.5f  "
                 "paper %.5f | grad cov exact %.5f  MC %.5f +- %.5f\n",
                 c.d, out.corr_len, sim.forward.corr_len.value, sim.forward.corr_len.std_error,
@@ -210,14 +183,14 @@ TEST_CASE("LayerNorm: Monte Carlo at small d pins the finite-d forms", "[layerno
     CHECK(std::abs(sim.forward.mean.value) < 1e-12);
     CHECK(sim.forward.var.value == Approx(1).epsilon(1e-12));
     CHECK(sim.forward.corr_dim.value == Approx(out.corr_dim).epsilon(1e-10));
-    CHECK(z(sim.forward.cov_len, out.cov_len()) < 5);
+    CHECK(z_score(sim.forward.cov_len, out.cov_len()) < 5);
     if (c.d >= 6) {
-      CHECK(z(sim.backward.var, gin.var) < 5);
-      CHECK(z(sim.backward.cov_len, gin.cov_len()) < 5);
+      CHECK(z_score(sim.backward.var, gin.var) < 5);
+      CHECK(z_score(sim.backward.cov_len, gin.cov_len()) < 5);
     }
     if (c.d == 6) {  // the paper's r (1 - 1/d) and g^2/s^2
-      CHECK(z(sim.forward.cov_len, c.corr_len * (1 - 1 / c.d)) > 5);
-      CHECK(z(sim.backward.var, c.grad_var / c.var) > 5);
+      CHECK(z_score(sim.forward.cov_len, c.corr_len * (1 - 1 / c.d)) > 5);
+      CHECK(z_score(sim.backward.var, c.grad_var / c.var) > 5);
     }
   }
 }

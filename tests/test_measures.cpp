@@ -1,15 +1,17 @@
 // Whole-model measures (models/measures.hpp): their definitions on hand-made
 // cases and their errors. Their agreement with simulation is in test_models.
+#include "support.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "catch.hpp"
 #include "sigprop/models/measures.hpp"
 #include "sigprop/models/schemes.hpp"
 #include "sigprop/montecarlo.hpp"
 
 using namespace sigprop;
+using sigprop::test::within;
 
 namespace {
 ModelConfig small(Arch arch) {
@@ -137,9 +139,9 @@ TEST_CASE("measures: one head's key and value weight gradients against simulatio
               << ", value " << pred.value << " vs " << mv.value << " +- " << mv.std_error << ", query "
               << pred.query << " vs " << mq.value << " +- " << mq.std_error);
     // 4 standard errors (1-3 % here) plus 5 % for the higher orders in the scores.
-    CHECK(std::abs(pred.key - mk.value) <= 4 * mk.std_error + 0.05 * mk.value);
-    CHECK(std::abs(pred.value - mv.value) <= 4 * mv.std_error + 0.05 * mv.value);
-    CHECK(std::abs(pred.query - mq.value) <= 4 * mq.std_error + 0.05 * mq.value);
+    CHECK(within(mk, pred.key, 4, 0.05 * mk.value));
+    CHECK(within(mv, pred.value, 4, 0.05 * mv.value));
+    CHECK(within(mq, pred.query, 4, 0.05 * mq.value));
     // Without the coherent parts the key is 8-50 % low: the check can fail.
     const auto indep = weight_grad_sq<double>(pt.d_in, pt.d_k, pt.seq_len, x, a.projection_grads(x, g).key);
     CHECK(indep < 0.93 * mk.value);
@@ -182,7 +184,7 @@ TEST_CASE("measures: one head's query weight gradient for i.i.d. inputs and a co
     INFO("score " << pt.score << " r_g " << pt.r_g << ": query " << pred << " (independent factors " << indep
                   << ") vs " << mq.value << " +- " << mq.std_error);
     // 4 standard errors (1.2-2.4 % here) plus 5 %, as above.
-    CHECK(std::abs(pred - mq.value) <= 4 * mq.std_error + 0.05 * mq.value);
+    CHECK(within(mq, pred, 4, 0.05 * mq.value));
     // The independent-factor form alone is 13-15 % low where the scores are
     // not small: the check can fail.
     if (pt.score >= 1) CHECK(indep < 0.92 * mq.value);
@@ -218,7 +220,7 @@ TEST_CASE("measures: the key gradient's tilt term for i.i.d. inputs and a correl
     // 4 standard errors (6 %) plus 5 % for the score's saturation, which the
     // first-order tilt lacks (+4-7 % at score 1, docs/components/attention.md):
     // the earlier factor (+22 % at score 1 here) fails.
-    CHECK(std::abs(pred - m.value) <= 4 * m.std_error + 0.05 * m.value);
+    CHECK(within(m, pred, 4, 0.05 * m.value));
   }
 }
 
@@ -254,7 +256,7 @@ TEST_CASE("measures: the key weight gradient of an anisotropic input scales its 
     const double pred = att.weight_grad_sq(x, g, spread).key, isotropic = att.weight_grad_sq(x, g).key;
     INFO("r " << r << ": key " << pred << " (isotropic " << isotropic << ") vs " << mk.value << " +- " << mk.std_error);
     // Same tolerance as the isotropic points (4 se, 2-3 % here, plus 5 %).
-    CHECK(std::abs(pred - mk.value) <= 4 * mk.std_error + 0.05 * mk.value);
+    CHECK(within(mk, pred, 4, 0.05 * mk.value));
     // The isotropic form is 15-25 % low here: the check can fail.
     CHECK(isotropic < 0.9 * mk.value);
   }

@@ -19,12 +19,12 @@ namespace {
 using sigprop::GradMoments;
 using sigprop::Moments;
 using sigprop::reference50::Big;
+using sigprop::test::phi;
+using sigprop::test::Phi;
+using sigprop::test::pi;
 
 const double eps = std::numeric_limits<double>::epsilon();
 const Big big_pi = boost::math::constants::pi<Big>();
-
-Big big_phi(const Big& x) { return exp(-x * x / 2) / sqrt(2 * big_pi); }
-Big big_cdf(const Big& x) { return erfc(-x / sqrt(Big(2))) / 2; }
 
 // --- the defining formulas, written out independently in 50 digits -----------
 
@@ -32,11 +32,11 @@ Big big_cdf(const Big& x) { return erfc(-x / sqrt(Big(2))) / 2; }
 // C(a, r) = r P + a^2 (Phi Q - 2T) + 2 a phi (Q - Phi(-a b)) + sqrt(1 - r^2)/(2 pi) e^(-a^2/(1+r)) - phi^2.
 Big relu_cov(const Big& a, const Big& r) {
   const Big b = r == -1 ? Big(std::numeric_limits<double>::infinity()) : sqrt((1 - r) / (1 + r));
-  const Big t = r == -1 ? big_cdf(-abs(a)) / 2 : boost::math::owens_t(a, b);
-  const Big cdf = big_cdf(a), sf = big_cdf(-a), pdf = big_phi(a);
+  const Big t = r == -1 ? Phi<Big>(-abs(a)) / 2 : boost::math::owens_t(a, b);
+  const Big cdf = Phi<Big>(a), sf = Phi<Big>(-a), pdf = phi<Big>(a);
   const Big orthant = cdf - 2 * t;
   const Big tail = r == -1 ? Big(0) : sqrt((1 - r) * (1 + r)) / (2 * big_pi) * exp(-a * a / (1 + r));
-  const Big upper_ab = r == -1 ? Big(a > 0 ? 0 : 1) : big_cdf(-a * b);
+  const Big upper_ab = r == -1 ? Big(a > 0 ? 0 : 1) : Phi<Big>(-a * b);
   return r * orthant + a * a * (cdf * sf - 2 * t) + 2 * a * pdf * (sf - upper_ab) + tail - pdf * pdf;
 }
 
@@ -160,7 +160,6 @@ TEST_CASE("corr_complement: domain, limits and batches", "[reference50]") {
                     Catch::Contains("sigprop::Relu: one_minus_corr = -1e-300") && Catch::Contains("[0, 2]"));
   CHECK_THROWS_AS(sigprop::Relu<double>::corr_complement(std::nan("")), sigprop::domain_error);
   CHECK(sigprop::Relu<double>::corr_complement(0) == 0);
-  const double pi = boost::math::constants::pi<double>();
   CHECK(sigprop::Relu<double>::corr_complement(2) == Approx(pi / (pi - 1)).epsilon(1e-15));  // r = -1: r_out = -1/(pi - 1)
   // Over all of (0, 2]: within 4 eps of the 50-digit 1 - r_out.
   for (double delta : {0.02, 0.1, 0.5, 1.0, 1.5, 1.99}) {

@@ -5,28 +5,20 @@
 #include <cmath>
 #include <limits>
 
-#include <boost/math/quadrature/gauss_kronrod.hpp>
-
 #include "sigprop/montecarlo/components/relu.hpp"
 
 using sigprop::GradMoments;
 using sigprop::Moments;
 using sigprop::Relu;
+using sigprop::test::arcsine_corr;
+using sigprop::test::gauss_integral_above;
+using sigprop::test::Phi;
+using sigprop::test::pi;
+using sigprop::test::within;
 
 namespace {
 
-const double pi = boost::math::constants::pi<double>();
 const double inf = std::numeric_limits<double>::infinity();
-
-double phi(double z) { return std::exp(-z * z / 2) / std::sqrt(2 * pi); }
-
-// Integral of f(z) phi(z) over (lo, inf) by adaptive Gauss-Kronrod, relative
-// tolerance 1e-13 (the integrands are smooth on the region).
-template <class F>
-double gauss_integral(F f, double lo) {
-  return boost::math::quadrature::gauss_kronrod<double, 61>::integrate(
-      [&](double z) { return f(z) * phi(z); }, lo, inf, 12, 1e-13);
-}
 
 // Defining integrals of relu(x), x = mu + s z1, and of its partner
 // x' = mu + s (r z1 + sqrt(1 - r^2) z2), over the region where both are > 0
@@ -35,26 +27,21 @@ struct ReluByQuadrature {
   double mean, var, corr, grad_corr;  // grad_corr = P(x > 0, x' > 0) / P(x > 0)
   ReluByQuadrature(double mu, double s2, double r) {
     const double s = std::sqrt(s2), c = std::sqrt(1 - r * r), z0 = -mu / s;
-    mean = gauss_integral([&](double z) { return mu + s * z; }, z0);
-    const double second = gauss_integral([&](double z) { return (mu + s * z) * (mu + s * z); }, z0);
+    mean = gauss_integral_above([&](double z) { return mu + s * z; }, z0);
+    const double second = gauss_integral_above([&](double z) { return (mu + s * z) * (mu + s * z); }, z0);
     const auto inner = [&](double z1, bool weighted) {
-      return gauss_integral(
+      return gauss_integral_above(
           [&](double z2) { return weighted ? mu + s * (r * z1 + c * z2) : 1.0; },
           (z0 - r * z1) / c);
     };
-    const double cross = gauss_integral([&](double z1) { return (mu + s * z1) * inner(z1, true); }, z0);
-    const double both = gauss_integral([&](double z1) { return inner(z1, false); }, z0);
-    const double positive = gauss_integral([](double) { return 1.0; }, z0);
+    const double cross = gauss_integral_above([&](double z1) { return (mu + s * z1) * inner(z1, true); }, z0);
+    const double both = gauss_integral_above([&](double z1) { return inner(z1, false); }, z0);
+    const double positive = gauss_integral_above([](double) { return 1.0; }, z0);
     var = second - mean * mean;
     corr = (cross - mean * mean) / var;
     grad_corr = both / positive;
   }
 };
-
-// The paper's arcsine kernel (B.4), written out independently of the header.
-double arcsine_corr(double r) {
-  return (std::sqrt(1 - r * r) + r * (pi - std::acos(r)) - 1) / (pi - 1);
-}
 
 }  // namespace
 
@@ -132,7 +119,7 @@ TEST_CASE("Relu: limits r -> 0, r -> +-1 and a constant input", "[relu]") {
   CHECK(relu.backward({0, 1, -1, 0}, {1, 1}).corr_len == Approx(0).margin(1e-15));
   // r = -1 at mu = a s > 0: both positive iff 0 < x < 2 mu, so the gradient
   // correlation is (2 Phi(a) - 1)/Phi(a).
-  const double Phi1 = 0.5 * std::erfc(-1 / std::sqrt(2.0));
+  const double Phi1 = Phi(1.0);
   CHECK(relu.backward({2, 4, -1, 0}, {1, 1}).corr_len == Approx((2 * Phi1 - 1) / Phi1).epsilon(1e-13));
   // A constant input (var = 0): relu(mu) exactly, correlations from the limit
   // s -> 0 (identity for mu > 0, the arcsine kernel for mu = 0).
@@ -211,8 +198,8 @@ TEST_CASE("Relu: Monte Carlo, correlation along the hidden axis", "[relu][montec
     INFO("mu = " << mu << ": cov_dim " << sim.forward.cov_dim.value << " +- "
                  << sim.forward.cov_dim.std_error << " vs " << pred.cov_dim());
     // 5 standard errors: a correct formula fails with probability < 6e-7.
-    CHECK(std::abs(sim.forward.cov_dim.value - pred.cov_dim()) <= 5 * sim.forward.cov_dim.std_error);
-    CHECK(std::abs(sim.forward.cov_len.value - pred.cov_len()) <= 5 * sim.forward.cov_len.std_error);
+    CHECK(within(sim.forward.cov_dim, pred.cov_dim(), 5));
+    CHECK(within(sim.forward.cov_len, pred.cov_len(), 5));
   }
 }
 

@@ -10,9 +10,6 @@
 #include <cstdio>
 #include <vector>
 
-#include <boost/math/constants/constants.hpp>
-#include <boost/math/quadrature/gauss_kronrod.hpp>
-
 #include "sigprop/montecarlo/components/layernorm.hpp"
 #include "sigprop/montecarlo/components/rmsnorm.hpp"
 
@@ -20,31 +17,12 @@ using sigprop::GradMoments;
 using sigprop::LayerNorm;
 using sigprop::Moments;
 using sigprop::RmsNorm;
+using sigprop::test::cos_angle_by_quadrature;
+using sigprop::test::cos_angle_k3;
+using sigprop::test::z_score;
 namespace mc = sigprop::montecarlo;
 
 namespace {
-
-const double pi = boost::math::constants::pi<double>();
-
-// E[cos angle(u, u')] for standard normal u, u' in R^3 with per-coordinate
-// correlation rho (RMSNorm at d = 3), in elementary form.
-double corr_k3(double rho) {
-  return 2 / (pi * rho) * (std::sqrt(1 - rho * rho) - (1 - 2 * rho * rho) * std::asin(rho) / rho);
-}
-
-// An independent evaluation of E[cos angle] in R^k: rho c0 2F1(1/2, 1/2; k/2 + 1; rho^2),
-// c0 = (2/k) (Gamma((k + 1)/2)/Gamma(k/2))^2, with Euler's integral
-// 2F1(1/2, 1/2; c; x) = 2 Gamma(c)/(Gamma(1/2) Gamma(c - 1/2)) int_0^{pi/2} cos^{2c-2}(t)/sqrt(1 - x sin^2 t) dt
-// by adaptive Gauss-Kronrod (cut at t = 12/sqrt(k), beyond which cos^k t < e^{-70}).
-double corr_by_quadrature(double k, double rho) {
-  const double c = k / 2 + 1, x = rho * rho;
-  auto f = [&](double t) { return std::pow(std::cos(t), 2 * c - 2) / std::sqrt(1 - x * std::sin(t) * std::sin(t)); };
-  const double integral = boost::math::quadrature::gauss_kronrod<double, 61>::integrate(
-      f, 0.0, std::min(pi / 2, 12 / std::sqrt(k)), 15, 1e-14);
-  const double h1 = 2 * std::exp(std::lgamma(c) - std::lgamma(0.5) - std::lgamma(c - 0.5)) * integral;
-  const double c0 = 2 / k * std::exp(2 * (std::lgamma((k + 1) / 2) - std::lgamma(k / 2)));
-  return rho * c0 * h1;
-}
 
 // Helmert basis: d orthonormal columns spanning the complement of the all-ones
 // vector in R^{d+1}; column j (1-based) is (1, ..., 1, -j, 0, ...)/sqrt(j (j + 1)).
@@ -57,8 +35,6 @@ Eigen::MatrixXd helmert(Eigen::Index d) {
   }
   return q;
 }
-
-double z_score(const mc::Estimate& e, double predicted) { return std::abs(e.value - predicted) / e.std_error; }
 
 }  // namespace
 
@@ -90,12 +66,12 @@ TEST_CASE("RmsNorm: closed form is LayerNorm's kernel over d + 1 units", "[rmsno
 TEST_CASE("RmsNorm: the kernel is the mean cosine in R^d and not in R^(d-1)", "[rmsnorm]") {
   // Independent evaluations with k = d: elementary at d = 3, quadrature otherwise.
   for (double rho : {0.1, 0.3, 0.5, 0.7072, 0.95, 0.999999})
-    CHECK(RmsNorm<double>(3).forward({0, 1, rho, 0}).corr_len == Approx(corr_k3(rho)).epsilon(1e-13));
+    CHECK(RmsNorm<double>(3).forward({0, 1, rho, 0}).corr_len == Approx(cos_angle_k3(rho)).epsilon(1e-13));
   CHECK(RmsNorm<double>(3).forward({0, 1, 0.5, 0}).corr_len == Approx(0.43599).margin(1e-5));
   for (double d : {4.0, 5.0, 6.0, 12.0, 31.0, 47.0, 48.0, 49.0, 200.0, 1001.0})
     for (double rho : {0.1, 0.5, 0.7071, 0.7072, 0.9, 0.999}) {
       INFO("d = " << d << ", rho = " << rho);
-      const double exact = corr_by_quadrature(d, rho);
+      const double exact = cos_angle_by_quadrature(d, rho);
       CHECK(RmsNorm<double>(d).forward({0, 1, rho, 0}).corr_len == Approx(exact).epsilon(1e-12));
       // LayerNorm over d units (k = d - 1) is a different map, about
       // rho (1 - rho^2)/(2 d (d - 1)) away; asked for half of that, far above

@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <vector>
 
-#include "catch.hpp"
+#include "support.hpp"
 #include "sigprop/montecarlo/components/causal_attention.hpp"
 
 using namespace sigprop;
+using sigprop::test::outside;
+using sigprop::test::within;
 namespace mc = sigprop::montecarlo;
 
 TEST_CASE("Rotary: the share of pairs that stay put, by direct sums", "[rotary]") {
@@ -122,10 +124,10 @@ TEST_CASE("Rotary: attention heads against simulation with rotated queries and k
     // 4 standard errors plus the allowance of the heads without rotation
     // (5 % on variances, 0.01 on correlations; 0.015 on the gradient's, whose
     // largest gap here is +0.0145, the full head at r = 0.9, 5.6 standard errors).
-    CHECK(std::abs(y.var - f.var.value) <= 4 * f.var.std_error + 0.05 * f.var.value);
-    CHECK(std::abs(y.corr_len - f.corr_len.value) <= 4 * f.corr_len.std_error + 0.01);
-    CHECK(std::abs(gx.var - b.var.value) <= 4 * b.var.std_error + 0.05 * b.var.value);
-    CHECK(std::abs(gx.corr_len - b.corr_len.value) <= 4 * b.corr_len.std_error + 0.015);
+    CHECK(within(f.var, y.var, 4, 0.05 * f.var.value));
+    CHECK(within(f.corr_len, y.corr_len, 4, 0.01));
+    CHECK(within(b.var, gx.var, 4, 0.05 * b.var.value));
+    CHECK(within(b.corr_len, gx.corr_len, 4, 0.015));
     errors.push_back(std::abs(y.var / f.var.value - 1));
     errors.push_back(std::abs(gx.var / b.var.value - 1));
     corr_errors.push_back(std::abs(gx.corr_len - b.corr_len.value));
@@ -134,7 +136,7 @@ TEST_CASE("Rotary: attention heads against simulation with rotated queries and k
       for (int i = 1; i <= pt.seq_len; i *= 2) {
         const auto& m = positions.position_var[static_cast<std::size_t>(i - 1)];
         INFO("position " << i << ": " << predicted[static_cast<std::size_t>(i - 1)].var << " vs " << m.value);
-        CHECK(std::abs(predicted[static_cast<std::size_t>(i - 1)].var - m.value) <= 4 * m.std_error + 0.05 * m.value);
+        CHECK(within(m, predicted[static_cast<std::size_t>(i - 1)].var, 4, 0.05 * m.value));
       }
     }
     // The same head without rotation fails the comparison where the rotation
@@ -142,9 +144,9 @@ TEST_CASE("Rotary: attention heads against simulation with rotated queries and k
     const CausalAttention<double> plain(d, pt.d_k, pt.seq_len, w, w, 1 / d, pt.p);
     const Moments<double> py = pt.causal ? plain.forward(in) : plain.full().forward(in);
     const GradMoments<double> pg = pt.causal ? plain.backward(in, g) : plain.full().backward(in, g);
-    if (std::abs(py.var - f.var.value) > 4 * f.var.std_error + 0.05 * f.var.value ||
-        std::abs(pg.var - b.var.value) > 4 * b.var.std_error + 0.05 * b.var.value ||
-        std::abs(pg.corr_len - b.corr_len.value) > 4 * b.corr_len.std_error + 0.015)
+    if (outside(f.var, py.var, 4, 0.05 * f.var.value) ||
+        outside(b.var, pg.var, 4, 0.05 * b.var.value) ||
+        outside(b.corr_len, pg.corr_len, 4, 0.015))
       ++plain_misses;
   }
   // Measured: the unrotated head misses at 8 of the 10 (gradient variance up

@@ -19,28 +19,22 @@
 using sigprop::GradMoments;
 using sigprop::Moments;
 using sigprop::Silu;
+using sigprop::test::gauss_integral;
+using sigprop::test::phi;
+using sigprop::test::pi;
+using sigprop::test::sigmoid;
+using sigprop::test::z_score;
 
 namespace {
 
-const double pi = boost::math::constants::pi<double>();
-
-double phi(double z) { return std::exp(-z * z / 2) / std::sqrt(2 * pi); }
-double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 double silu(double x) { return x * sigmoid(x); }
 double silu_grad(double x) { return sigmoid(x) * (1 + x * (1 - sigmoid(x))); }
 
-// Integral of f(z) phi(z) over the real line: Boost's own adaptive
-// Gauss-Kronrod on the whole line (its t/(1 - t^2) map), relative tolerance
-// 1e-11 -- neither the rule, the pieces nor the error control of the header.
-template <class F>
-double gauss_integral(F f) {
-  const double inf = std::numeric_limits<double>::infinity();
-  return boost::math::quadrature::gauss_kronrod<double, 31>::integrate(
-      [&](double z) { return f(z) * phi(z); }, -inf, inf, 10, 1e-11);
-}
-
 // The defining integrals with x = mu + s z1, partner mu + s (r z1 + c z2),
-// c = sqrt(1 - r^2): plain 2-D quadrature of the raw (uncentred) moments.
+// c = sqrt(1 - r^2): plain 2-D quadrature of the raw (uncentred) moments by
+// gauss_integral, Boost's own adaptive Gauss-Kronrod on the whole line (its
+// t/(1 - t^2) map) -- neither the rule, the pieces nor the error control of
+// the header.
 struct SiluByQuadrature {
   double mean, var, corr, grad_second, grad_corr;  // grad_corr = E[f'(x) f'(x')]/E[f'(x)^2]
   SiluByQuadrature(double mu, double s2, double r) {
@@ -453,10 +447,6 @@ TEST_CASE("Silu: bad input throws with the parameter and range", "[silu][errors]
 
 namespace {
 
-double z_score(const sigprop::montecarlo::Estimate& e, double predicted) {
-  return std::abs(e.value - predicted) / e.std_error;
-}
-
 // print_report plus the largest deviation in standard errors per quantity.
 void print_with_max_z(const sigprop::montecarlo::ValidationReport& report) {
   sigprop::test::print_report(report);
@@ -573,7 +563,6 @@ namespace {
 // tolerance 1e-15, inner 1e-16.
 struct SiluLongDouble {
   using LD = long double;
-  static LD pdf(LD z) { return std::exp(-z * z / 2) / std::sqrt(2 * boost::math::constants::pi<LD>()); }
   static LD value(LD x) { return x / (1 + std::exp(-x)); }
   static LD grad(LD x) {
     const LD s = 1 / (1 + std::exp(-x));
@@ -583,7 +572,7 @@ struct SiluLongDouble {
   static LD expect(G g, LD offset, LD kink, LD tol) {
     const LD inf = std::numeric_limits<LD>::infinity();
     const auto h = [&](LD z) {
-      const LD p = pdf(z);
+      const LD p = phi<LD>(z);
       return p > 0 ? (g(z) + offset) * p : LD(0);
     };
     using Rule = boost::math::quadrature::gauss_kronrod<LD, 61>;

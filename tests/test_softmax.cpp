@@ -7,24 +7,21 @@
 #include <cmath>
 #include <cstdio>
 
-#include <boost/math/quadrature/gauss_kronrod.hpp>
-
 #include "sigprop/montecarlo/components/softmax.hpp"
 
 using sigprop::GradMoments;
 using sigprop::Moments;
 using sigprop::Softmax;
 using sigprop::SoftmaxForm;
+using sigprop::test::normal_pdf;
+using sigprop::test::sigmoid;
+using sigprop::test::z_score;
 
 namespace {
 
 using GK = boost::math::quadrature::gauss_kronrod<double, 31>;
-const double pi = boost::math::constants::pi<double>();
 
-double logistic(double x) { return 1 / (1 + std::exp(-x)); }
-double normal_pdf(double x, double var) { return std::exp(-x * x / (2 * var)) / std::sqrt(2 * pi * var); }
-
-// n = 2 by direct quadrature: p_1 = logistic(D), D = z_1 - z_2 ~ N(0, 2a); a
+// n = 2 by direct quadrature: p_1 = sigmoid(D), D = z_1 - z_2 ~ N(0, 2a); a
 // second position has D' with Corr[D, D'] = rho, so D' | D ~ N(rho D, 2a (1 - rho^2)).
 struct TwoEntries {
   double var, grad_var, cov_len, grad_cov;
@@ -33,30 +30,30 @@ struct TwoEntries {
 TwoEntries two_entries(double a, double rho) {
   const double v = 2 * a, lim = 12 * std::sqrt(v);
   TwoEntries r{};
-  r.var = GK::integrate([&](double d) { return normal_pdf(d, v) * logistic(d) * logistic(d); }, -lim, lim, 15,
+  r.var = GK::integrate([&](double d) { return normal_pdf(d, v) * sigmoid(d) * sigmoid(d); }, -lim, lim, 15,
                         1e-11) -
           0.25;
   // E[p_1^2 (1 - 2 p_1 + p_1^2 + p_2^2)]
   r.grad_var = GK::integrate(
       [&](double d) {
-        const double p = logistic(d), q = 1 - p;
+        const double p = sigmoid(d), q = 1 - p;
         return normal_pdf(d, v) * p * p * (1 - 2 * p + p * p + q * q);
       },
       -lim, lim, 15, 1e-11);
   const double cond_var = v * (1 - rho * rho);
   auto inner = [&](double d, auto f) {
     const double c = std::sqrt(cond_var), m = rho * d;
-    return GK::integrate([&](double e) { return normal_pdf(e - m, cond_var) * f(logistic(e)); }, m - 12 * c,
+    return GK::integrate([&](double e) { return normal_pdf(e - m, cond_var) * f(sigmoid(e)); }, m - 12 * c,
                          m + 12 * c, 15, 1e-11);
   };
   r.cov_len = GK::integrate(
-                  [&](double d) { return normal_pdf(d, v) * logistic(d) * inner(d, [](double p) { return p; }); },
+                  [&](double d) { return normal_pdf(d, v) * sigmoid(d) * inner(d, [](double p) { return p; }); },
                   -lim, lim, 15, 1e-10) -
               0.25;
   // E[p p' (1 - p - p' + p p' + q q')]
   r.grad_cov = GK::integrate(
       [&](double d) {
-        const double p = logistic(d), q = 1 - p;
+        const double p = sigmoid(d), q = 1 - p;
         return normal_pdf(d, v) * p *
                inner(d, [&](double pp) { return pp * (1 - p - pp + p * pp + q * (1 - pp)); });
       },
@@ -202,9 +199,6 @@ TEST_CASE("Softmax: Monte Carlo pins the corrections to the paper", "[softmax][m
   // Each check: |measured - predicted| / standard error. The exact form must be
   // within 5 (a correct value fails with probability < 6e-7 per check); where
   // a paper form is claimed wrong it must be off by more than 5.
-  const auto z = [](const sigprop::montecarlo::Estimate& e, double predicted) {
-    return std::abs(e.value - predicted) / e.std_error;
-  };
   sigprop::montecarlo::SimulationSetup setup;
   setup.seq_len = 32;
   setup.trials = 800;  // 25600 rows: Var[p] to ~0.1 %
@@ -225,11 +219,11 @@ TEST_CASE("Softmax: Monte Carlo pins the corrections to the paper", "[softmax][m
                 Softmax<double>(300, SoftmaxForm::simplified).backward(in, g).var);
     INFO("Var[p] = " << sim.forward.var.value << " +- " << sim.forward.var.std_error << ", grad var "
                      << sim.backward.var.value << " +- " << sim.backward.var.std_error);
-    CHECK(z(sim.forward.var, Softmax<double>(300).forward(in).var) < 5);
-    CHECK(z(sim.forward.var, Softmax<double>(300, SoftmaxForm::full).forward(in).var) > 5);
-    CHECK(z(sim.forward.var, Softmax<double>(300, SoftmaxForm::simplified).forward(in).var) > 5);
-    CHECK(z(sim.backward.var, Softmax<double>(300).backward(in, g).var) < 5);
-    CHECK(z(sim.backward.var, Softmax<double>(300, SoftmaxForm::full).backward(in, g).var) > 5);
+    CHECK(z_score(sim.forward.var, Softmax<double>(300).forward(in).var) < 5);
+    CHECK(z_score(sim.forward.var, Softmax<double>(300, SoftmaxForm::full).forward(in).var) > 5);
+    CHECK(z_score(sim.forward.var, Softmax<double>(300, SoftmaxForm::simplified).forward(in).var) > 5);
+    CHECK(z_score(sim.backward.var, Softmax<double>(300).backward(in, g).var) < 5);
+    CHECK(z_score(sim.backward.var, Softmax<double>(300, SoftmaxForm::full).backward(in, g).var) > 5);
   }
   {
     // Small n, large logit variance: the paper's forms are off by 30-300 %, and
@@ -254,13 +248,13 @@ TEST_CASE("Softmax: Monte Carlo pins the corrections to the paper", "[softmax][m
     INFO("Var[p] " << out.var << " vs " << sim.forward.var.value << " +- " << sim.forward.var.std_error
                    << "; grad var " << gin.var << " vs " << sim.backward.var.value << " +- "
                    << sim.backward.var.std_error);
-    CHECK(z(sim.forward.var, out.var) < 5);
-    CHECK(z(sim.forward.cov_len, out.cov_len()) < 5);
-    CHECK(z(sim.backward.var, gin.var) < 5);
-    CHECK(z(sim.backward.cov_len, gin.cov_len()) < 5);
-    CHECK(z(sim.backward.var, (out.var + 1.0 / 900) * g.var) > 5);
-    CHECK(z(sim.forward.var, Softmax<double>(30, SoftmaxForm::full).forward(in).var) > 5);
-    CHECK(z(sim.forward.cov_len, Softmax<double>(30, SoftmaxForm::simplified).forward(in).cov_len()) > 5);
+    CHECK(z_score(sim.forward.var, out.var) < 5);
+    CHECK(z_score(sim.forward.cov_len, out.cov_len()) < 5);
+    CHECK(z_score(sim.backward.var, gin.var) < 5);
+    CHECK(z_score(sim.backward.cov_len, gin.cov_len()) < 5);
+    CHECK(z_score(sim.backward.var, (out.var + 1.0 / 900) * g.var) > 5);
+    CHECK(z_score(sim.forward.var, Softmax<double>(30, SoftmaxForm::full).forward(in).var) > 5);
+    CHECK(z_score(sim.forward.cov_len, Softmax<double>(30, SoftmaxForm::simplified).forward(in).cov_len()) > 5);
   }
 }
 

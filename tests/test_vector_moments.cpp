@@ -9,10 +9,11 @@
 // lie within 5 standard errors of the sample (a correct formula fails with
 // probability < 6e-7 per check); the approximations of the propagation rules
 // (documented in docs/components/layernorm.md) add a stated relative margin.
+#include "support.hpp"
+
 #include <cmath>
 #include <cstdio>
 
-#include "catch.hpp"
 #include "sigprop/montecarlo.hpp"
 #include "sigprop/sigprop.hpp"
 
@@ -22,14 +23,12 @@ using namespace sigprop;
 namespace mc = sigprop::montecarlo;
 using Matrix = Eigen::MatrixXd;
 
-double z_of(const mc::Estimate& e, double predicted) { return std::abs(e.value - predicted) / e.std_error; }
+using sigprop::test::z_score;
 
-// |predicted - measured| within 5 standard errors plus `margin` relative.
+// |predicted - measured| within 5 standard errors plus `margin` relative
+// (plus 1e-12, the rounding of exact zeros).
 void check_close(const char* what, const mc::Estimate& e, double predicted, double margin = 0) {
-  const double allowed = 5 * e.std_error + margin * std::abs(predicted) + 1e-12;  // + rounding of exact zeros
-  INFO(what << ": predicted " << predicted << ", measured " << e.value << " +- " << e.std_error << " (z "
-            << z_of(e, predicted) << ")");
-  CHECK(std::abs(e.value - predicted) <= allowed);
+  sigprop::test::check_within(what, e, predicted, 5, margin * std::abs(predicted), 1e-12);
 }
 
 // One trial of x -> h = N(x) -> s = h + beta h W -> N(s) with the gradient
@@ -142,7 +141,7 @@ TEST_CASE("norm_var_ratio: activations and the multi-head attention output again
                 gelu_acc.norm_var_ratio().value, gelu_acc.norm_var_ratio().std_error, silu_nu,
                 silu_acc.norm_var_ratio().value, silu_acc.norm_var_ratio().std_error);
     // Before this rule every activation output carried nu = 1.
-    CHECK(z_of(relu_acc.norm_var_ratio(), 1.0) > 5);
+    CHECK(z_score(relu_acc.norm_var_ratio(), 1.0) > 5);
     check_close("relu norm_var_ratio", relu_acc.norm_var_ratio(), relu_nu);
     check_close("gelu norm_var_ratio", gelu_acc.norm_var_ratio(), gelu_nu);
     check_close("silu norm_var_ratio", silu_acc.norm_var_ratio(), silu_nu);
@@ -173,7 +172,7 @@ TEST_CASE("norm_var_ratio: activations and the multi-head attention output again
                 predicted, acc.norm_var_ratio().value, acc.norm_var_ratio().std_error, 1 + (d + 1.0) / d);
     // Not modelled: the query-to-query fluctuation of sum_k P_ik^2; 5 % margin.
     check_close("attention norm_var_ratio", acc.norm_var_ratio(), predicted, 0.05);
-    if (r < 0.5) CHECK(z_of(acc.norm_var_ratio(), 1 + (d + 1.0) / d) > 5);
+    if (r < 0.5) CHECK(z_score(acc.norm_var_ratio(), 1 + (d + 1.0) / d) > 5);
   }
 }
 
@@ -237,8 +236,8 @@ TEST_CASE("LayerNorm backward in a Post-LN chain: norm fluctuation and projected
     // Resolution: the isotropic Gaussian forms miss by more than 5 standard
     // errors where the branch is small (beta^2 <= 0.25).
     if (beta2 <= 0.25) {
-      CHECK(z_of(ms.var, gauss_s) > 5);
-      CHECK(z_of(mx.var, gauss_x) > 5);
+      CHECK(z_score(ms.var, gauss_s) > 5);
+      CHECK(z_score(mx.var, gauss_x) > 5);
     }
   }
 }
@@ -294,7 +293,7 @@ TEST_CASE("norm_coupling: LayerNorm's input gradient where the gradient is large
                 g.norm_coupling, predicted.var, m.var.value, m.var.std_error, without, predicted.norm_coupling, coupling_out);
     // e^c is the log-normal form of E[e m/Q]/(E[e] E[m/Q]): 0.1 % relative margin for its third cumulant.
     check_close("grad var", m.var, predicted.var, 1e-3);
-    if (gamma > 0) CHECK(z_of(m.var, without) > 5);  // the coupling is resolved
+    if (gamma > 0) CHECK(z_score(m.var, without) > 5);  // the coupling is resolved
     // The log-covariance of the input gradient with the inverse norm: c +
     // Var[log Q] (2 nu/(d - 1) to first order; log chi^2's variance is
     // 2/(k - 1) + O(k^-2), so 10 % relative margin).
@@ -325,7 +324,7 @@ TEST_CASE("RmsNorm backward in a post-norm chain keeps the projected gradient", 
   std::printf("RMSNorm chain: grad at x %.5f / %.5f +- %.5f (isotropic Gaussian %.5f)\n", g_x.var, mx.var.value,
               mx.var.std_error, gauss_x);
   check_close("grad var at x", mx.var, g_x.var);
-  CHECK(z_of(mx.var, gauss_x) > 5);
+  CHECK(z_score(mx.var, gauss_x) > 5);
 }
 
 TEST_CASE("whole-vector moments: defaults, validation and batches", "[vector_moments]") {

@@ -108,7 +108,8 @@ struct SublayerCache {
   NormCache pre_norm;                // Pre-LN: LN(x)
   NormCache post_norm;               // Post-LN: LN(sum)
   std::vector<ops::AttentionCache> heads;
-  ops::Matrix concat, ffn_hidden, ffn_act, ffn_gate, out_mask;  // ffn_gate: h V of the gated FFN
+  ops::GatedCache ffn;               // h W1 and its activation (and h V when gated)
+  ops::Matrix concat, out_mask;
 };
 
 inline LayerParams draw_layer(const ModelConfig& c, const LayerWeights& w, Random& rng) {
@@ -187,28 +188,25 @@ inline ops::Matrix attention_branch_backward(const ModelConfig& c, const LayerPa
 
 inline ops::Matrix ffn_branch(const ModelConfig& c, const LayerParams& p, const ops::Matrix& h,
                               SublayerCache& cache, Random& rng) {
-  cache.ffn_hidden = h * p.w1;
-  cache.ffn_act = ops::activation_forward(to_op(c.activation), cache.ffn_hidden);
-  if (c.gated_ffn) {
-    cache.ffn_gate = h * p.wgate;
-    return output_dropout(c, cache.ffn_act.cwiseProduct(cache.ffn_gate) * p.w2, cache, rng);
-  }
-  return output_dropout(c, cache.ffn_act * p.w2, cache, rng);
+  if (c.gated_ffn)
+    return output_dropout(c, ops::gated_forward(to_op(c.activation), h, p.w1, p.wgate, p.w2, cache.ffn), cache, rng);
+  cache.ffn.pre = h * p.w1;
+  cache.ffn.act = ops::activation_forward(to_op(c.activation), cache.ffn.pre);
+  return output_dropout(c, cache.ffn.act * p.w2, cache, rng);
 }
 
 inline ops::Matrix ffn_branch_backward(const ModelConfig& c, const LayerParams& p, const ops::Matrix& h,
                                        const SublayerCache& cache, ops::Matrix g, LayerGradNorms& norms) {
   if (c.dropout > 0) g = g.cwiseProduct(cache.out_mask);
   if (c.gated_ffn) {
-    norms.ffn2 = (cache.ffn_act.cwiseProduct(cache.ffn_gate).transpose() * g).squaredNorm();
-    const ops::Matrix g_product = g * p.w2.transpose();
-    const ops::Matrix g_hidden =
-        ops::activation_backward(to_op(c.activation), cache.ffn_hidden, g_product.cwiseProduct(cache.ffn_gate));
-    norms.ffn1 = (h.transpose() * g_hidden).squaredNorm();
-    return g_hidden * p.w1.transpose() + g_product.cwiseProduct(cache.ffn_act) * p.wgate.transpose();
+    ops::GatedWeightGrads w;
+    ops::Matrix dx = ops::gated_backward(to_op(c.activation), cache.ffn, h, p.w1, p.wgate, p.w2, g, &w);
+    norms.ffn1 = w.w1;
+    norms.ffn2 = w.w2;
+    return dx;
   }
-  norms.ffn2 = (cache.ffn_act.transpose() * g).squaredNorm();
-  const ops::Matrix g_hidden = ops::activation_backward(to_op(c.activation), cache.ffn_hidden, g * p.w2.transpose());
+  norms.ffn2 = (cache.ffn.act.transpose() * g).squaredNorm();
+  const ops::Matrix g_hidden = ops::activation_backward(to_op(c.activation), cache.ffn.pre, g * p.w2.transpose());
   norms.ffn1 = (h.transpose() * g_hidden).squaredNorm();
   return g_hidden * p.w1.transpose();
 }
@@ -226,9 +224,8 @@ inline ModelSimulation simulate_model(const ModelConfig& config, const ModelWeig
   require_setup(fn, setup);
   const std::size_t N = config.layers;
   if (weights.layers.size() != N)
-    throw domain_error(std::string(fn) + ": weights.layers.size() = " +
-                       std::to_string(weights.layers.size()) +
-                       " is outside the valid range {layers = " + std::to_string(N) + "}");
+    sigprop::detail::raise_domain(fn, "weights.layers.size()", std::to_string(weights.layers.size()),
+                                  "{layers = " + std::to_string(N) + "}");
   const auto L = static_cast<Eigen::Index>(config.seq_len), d = static_cast<Eigen::Index>(config.d);
   const bool pre = config.arch == Arch::pre_ln, post = config.arch == Arch::post_ln;
   std::vector<MomentAccumulator> fwd(N + 1), mid(N), branch(2 * N);

@@ -93,6 +93,40 @@ inline Matrix activation_backward(Activation a, const Matrix& x, const Matrix& g
   return g.cwiseProduct(x.unaryExpr([a](double v) { return activation_derivative(a, v); }));
 }
 
+/// The gated FFN's hidden layer (GLU; Shazeer 2020): H = act(X W1) .* (X V),
+/// the block's output H W2. Kept for the backward pass: X W1, its activation
+/// and X V.
+struct GatedCache {
+  Matrix pre, act, value;  ///< X W1, act(X W1), X V
+};
+
+inline Matrix gated_forward(Activation a, const Matrix& x, const Matrix& w1, const Matrix& v, const Matrix& w2,
+                            GatedCache& c) {
+  c.pre = x * w1;
+  c.act = activation_forward(a, c.pre);
+  c.value = x * v;
+  return c.act.cwiseProduct(c.value) * w2;
+}
+
+/// Squared Frobenius norms of the gated FFN's weight gradients
+/// dW1 = X^T d(X W1) and dW2 = H^T g.
+struct GatedWeightGrads {
+  double w1 = 0, w2 = 0;
+};
+
+/// dH = g W2^T, dX = (dH .* X V .* act'(X W1)) W1^T + (dH .* act(X W1)) V^T;
+/// with `weights`, also the squared norms of dW1 and dW2.
+inline Matrix gated_backward(Activation a, const GatedCache& c, const Matrix& x, const Matrix& w1, const Matrix& v,
+                             const Matrix& w2, const Matrix& g, GatedWeightGrads* weights = nullptr) {
+  const Matrix dh = g * w2.transpose();
+  const Matrix d_pre = activation_backward(a, c.pre, dh.cwiseProduct(c.value));
+  if (weights) {
+    weights->w2 = (c.act.cwiseProduct(c.value).transpose() * g).squaredNorm();
+    weights->w1 = (x.transpose() * d_pre).squaredNorm();
+  }
+  return d_pre * w1.transpose() + dh.cwiseProduct(c.act) * v.transpose();
+}
+
 /// Rotary position embeddings (Su et al., "RoFormer", 2021, eq. 34): the
 /// coordinate pair (2j, 2j + 1) of row i (positions from 0) turned by the
 /// angle sign i theta_j, theta_j = base^(-2j/cols). The rotation is

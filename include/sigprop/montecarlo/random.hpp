@@ -7,8 +7,7 @@
 // splitmix64 as its authors recommend. Normals: the ziggurat method with 256
 // layers (Marsaglia and Tsang, "The Ziggurat Method for Generating Random
 // Variables", J. Stat. Softw. 5(8), 2000; tail by their section 2 method),
-// about 6x faster than Box-Muller here; the simulator draws ~10^9 normals per
-// test run.
+// for speed: drawing normals is much of a simulation's cost.
 #pragma once
 
 #include <cmath>

@@ -38,8 +38,8 @@ inline CausalAttentionSimulation simulate_positions(const CausalAttention<double
   const Eigen::Index d_k = to_size(fn, "d_k", head.d_k());
   const Eigen::Index seq_len = to_size(fn, "seq_len", head.seq_len());
   if (grad_var.size() != static_cast<std::size_t>(seq_len))
-    throw domain_error(std::string(fn) + ": grad_var.size() = " + std::to_string(grad_var.size()) +
-                       " is outside the valid range {seq_len = " + std::to_string(seq_len) + "}");
+    sigprop::detail::raise_domain(fn, "grad_var.size()", std::to_string(grad_var.size()),
+                                  "{seq_len = " + std::to_string(seq_len) + "}");
   for (double v : grad_var) require_variance(fn, "grad_var", v);
   require_correlation(fn, "grad_corr", grad_corr);
   Eigen::VectorXd grad_scale(seq_len);
@@ -88,7 +88,7 @@ inline PairCovarianceSimulation simulate_value_pairs(const CausalAttention<doubl
   const Eigen::Index seq_len = to_size(fn, "seq_len", head.seq_len());
   const Eigen::LLT<Eigen::MatrixXd> factor(upstream);
   if (upstream.rows() != seq_len || upstream.cols() != seq_len || factor.info() != Eigen::Success)
-    throw domain_error(std::string(fn) + ": upstream must be a positive definite seq_len x seq_len matrix");
+    sigprop::detail::raise_domain(fn, "upstream must be a positive definite seq_len x seq_len matrix");
   const Eigen::MatrixXd root = factor.matrixL();
   Random rng(setup.seed);
   Eigen::MatrixXd sum = Eigen::MatrixXd::Zero(seq_len, seq_len), sum_sq = sum;

@@ -1,5 +1,5 @@
 // sigprop/montecarlo/components/elementwise.hpp -- the simulation shared by
-// every entrywise activation (ReLU, GeLU): the real forward y = f(x) on an
+// every entrywise activation (ReLU, GeLU, SiLU): the real forward y = f(x) on an
 // L x d input and real backprop of loss = sum(y .* g), dx = g .* f'(x).
 #pragma once
 

@@ -88,9 +88,8 @@ class EmbeddingSimulator {
       : embedding_(embedding), width_(width) {
     constexpr const char* fn = "sigprop::montecarlo::EmbeddingSimulator";
     if (embedding.is_measured())
-      throw domain_error(std::string(fn) +
-                         ": a measured embedding has no tables to simulate (sample its moments "
-                         "with sample_activations)");
+      sigprop::detail::raise_domain(fn, "a measured embedding has no tables to simulate (sample its moments "
+                                    "with sample_activations)");
     seq_len_ = to_size(fn, "seq_len", embedding.config().seq_len);
     to_size(fn, "width", static_cast<double>(width));
     if (embedding.has_table(EmbeddingTable::token)) zipf_.emplace(embedding.config().vocab);

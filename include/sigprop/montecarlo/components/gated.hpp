@@ -1,7 +1,7 @@
 // sigprop/montecarlo/components/gated.hpp -- the empirical twin of the gated
-// FFN block (blocks/ffn_block.hpp, glu_ffn_block): real
-// Y = dropout((act(X W1) * (X V)) W2) with Gaussian W1, V, W2 and real backprop
-//   dH = dY W2^T,  dX = (dH * X V * act'(X W1)) W1^T + (dH * act(X W1)) V^T.
+// FFN block (blocks/ffn_block.hpp, glu_ffn_block): the real gated FFN of
+// ops.hpp (ops::gated_forward, ops::gated_backward; the same the whole-model
+// simulation runs) with Gaussian W1, V, W2, output dropout and real backprop.
 #pragma once
 
 #include "sigprop/blocks/ffn_block.hpp"
@@ -29,9 +29,8 @@ SimulationResult simulate(const GluFfnBlock<double, Activation>& block, ops::Act
     const ops::Matrix x = sample_activations(setup.seq_len, d, in, rng);
     const ops::Matrix w1 = rng.normal_matrix(d, h, first.weight_var()), v = rng.normal_matrix(d, h, value.weight_var()),
                       w2 = rng.normal_matrix(h, d, second.weight_var());
-    const ops::Matrix pre = x * w1, b = x * v;
-    const ops::Matrix a = ops::activation_forward(activation, pre);
-    ops::Matrix y = a.cwiseProduct(b) * w2;
+    ops::GatedCache cache;
+    ops::Matrix y = ops::gated_forward(activation, x, w1, v, w2, cache);
     ops::Matrix g = sample_gradient(setup.seq_len, d, grad, rng);
     if (p > 0) {
       const ops::Matrix mask = ops::dropout_mask(y.rows(), y.cols(), p, rng);
@@ -39,9 +38,7 @@ SimulationResult simulate(const GluFfnBlock<double, Activation>& block, ops::Act
       g = g.cwiseProduct(mask);
     }
     fwd.add(y);
-    const ops::Matrix dh = g * w2.transpose();
-    bwd.add(ops::activation_backward(activation, pre, dh.cwiseProduct(b)) * w1.transpose() +
-            dh.cwiseProduct(a) * v.transpose());
+    bwd.add(ops::gated_backward(activation, cache, x, w1, v, w2, g));
   }
   return {fwd.result(), bwd.grad_result()};
 }
