@@ -18,7 +18,7 @@
 #include "sigprop/components/detail/softmax_concentration.hpp"
 #include "sigprop/core/errors.hpp"
 #include "sigprop/core/lanes.hpp"
-#include "sigprop/core/math.hpp"
+#include "sigprop/numerics/math.hpp"
 #include "sigprop/core/moments.hpp"
 
 namespace sigprop::detail {
