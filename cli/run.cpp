@@ -74,6 +74,13 @@ inline std::string one_line(const std::string& message) {
 
 }  // namespace detail
 
+std::vector<std::string> component_names() {
+  std::vector<std::string> names;
+  for (const auto& e : detail::component_table()) names.emplace_back(e.name);
+  return names;
+}
+
+/// The whole tool. `args` excludes the program name.
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const auto wants_help = [](const std::vector<std::string>& w) {
     for (const auto& s : w)

@@ -17,6 +17,9 @@ inline constexpr const char* version = "0.1.0";
 /// The tool's top-level usage text.
 void usage(std::ostream& out);
 
+/// The names `sigprop component` accepts, in the order of its help.
+std::vector<std::string> component_names();
+
 /// The whole tool. `args` excludes the program name.
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
