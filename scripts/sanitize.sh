@@ -22,7 +22,7 @@ ensure_packages cmake make clang libclang-rt-14-dev libeigen3-dev libboost-dev c
 
 build=${SIGPROP_SANITIZE_BUILD_DIR:-build-asan}
 jobs=$(nproc 2>/dev/null || echo 2)
-flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g"
+flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -gline-tables-only"
 # Portable instruction set (x86-64: SSE2, two doubles per register): the
 # README's test command builds for the host (AVX2 where it runs), so the two
 # runs together check both widths of the batched code.
