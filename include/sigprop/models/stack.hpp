@@ -99,16 +99,23 @@ using BatchChunk = Eigen::Array<double, batch_chunk, 1>;
 SIGPROP_DECL BatchTrace trace_batch(const std::vector<ModelConfig>& configs, const std::vector<ModelWeights>& weights,
                                     const GradMoments<double>& grad_top = {1, 0});
 
+/// f(a.x, b.x, ...) for every number x of trace rows: their forward and
+/// backward moments, validity measures, branch variance and residual share.
+template <class F, class First, class... Rest>
+void for_each_row_field(F&& f, First&& first, Rest&&... rest) {
+  for_each_field(f, first.forward, rest.forward...);
+  for_each_field(f, first.backward, rest.backward...);
+  for_each_field(f, first.domain, rest.domain...);
+  f(first.branch_var, rest.branch_var...);
+  f(first.residual_share, rest.residual_share...);
+}
+
 /// Lane i of a batched row as the row of one configuration.
 inline TraceRow lane_of(const BasicTraceRow<Batch>& r, std::size_t i) {
   TraceRow o;
   o.layer = r.layer;
   const auto get = [i](double& to, const Batch& from) { to = lane(from, i); };
-  for_each_field(get, o.forward, r.forward);
-  for_each_field(get, o.backward, r.backward);
-  for_each_field(get, o.domain, r.domain);
-  get(o.branch_var, r.branch_var);
-  get(o.residual_share, r.residual_share);
+  for_each_row_field(get, o, r);
   return o;
 }
 

@@ -20,11 +20,7 @@ namespace detail {
 inline void scatter(const BasicTraceRow<BatchChunk>& from, BasicTraceRow<Batch>& to, Eigen::Index at,
                     Eigen::Index count) {
   const auto put = [&](Batch& y, const BatchChunk& x) { y.segment(at, count) = x.head(count); };
-  for_each_field(put, to.forward, from.forward);
-  for_each_field(put, to.backward, from.backward);
-  for_each_field(put, to.domain, from.domain);
-  put(to.branch_var, from.branch_var);
-  put(to.residual_share, from.residual_share);
+  for_each_row_field(put, to, from);
 }
 
 // A batched row of `lanes` lanes, every field sized.
@@ -32,11 +28,7 @@ inline BasicTraceRow<Batch> batch_row(std::size_t layer, Eigen::Index lanes) {
   BasicTraceRow<Batch> r;
   r.layer = layer;
   const auto size = [lanes](Batch& x) { x.resize(lanes); };
-  for_each_field(size, r.forward);
-  for_each_field(size, r.backward);
-  for_each_field(size, r.domain);
-  size(r.branch_var);
-  size(r.residual_share);
+  for_each_row_field(size, r);
   return r;
 }
 
