@@ -29,7 +29,7 @@ flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-po
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None -DSIGPROP_WERROR=ON \
   -DSIGPROP_BINARY_ARCH=portable \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DSIGPROP_BUILD_TESTS=ON -DSIGPROP_BUILD_EXAMPLES=OFF -DSIGPROP_INSTALL=OFF >/dev/null
+  -DSIGPROP_BUILD_TESTS=ON -DSIGPROP_UNITY_TESTS=OFF -DSIGPROP_BUILD_EXAMPLES=OFF -DSIGPROP_INSTALL=OFF >/dev/null
 
 targets=()
 for source in tests/test_*.cpp; do

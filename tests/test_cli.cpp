@@ -7,27 +7,19 @@
 #include "catch.hpp"
 
 #include "../cli/output.hpp"
-#include "../cli/run.hpp"
+#include "cli_support.hpp"
 #include "sigprop/sigprop.hpp"
 
 namespace {
 
-struct Outcome {
-  int status;
-  std::string out, err;
-};
-
-Outcome run(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  const int status = sigprop::cli::run(args, out, err);
-  return {status, out.str(), err.str()};
-}
+using Outcome = sigprop::test::CliOutcome;
+using sigprop::test::run_cli;
 
 // One error line on stderr, nothing on stdout, status 2, naming the flag, the
 // value and the range.
 void require_usage_error(const std::vector<std::string>& args, const std::string& flag,
                          const std::string& value, const std::string& range) {
-  const Outcome o = run(args);
+  const Outcome o = run_cli(args);
   INFO("stderr: " << o.err);
   CHECK(o.status == 2);
   CHECK(o.out.empty());
@@ -50,7 +42,7 @@ sigprop::ModelConfig small_decoder(const char* arch, std::size_t layers, std::si
 }  // namespace
 
 TEST_CASE("cli: component json is exactly one object with the documented keys", "[cli]") {
-  const Outcome o = run({"component", "linear", "--d-in", "100", "--d-out", "50", "--weight-var",
+  const Outcome o = run_cli({"component", "linear", "--d-in", "100", "--d-out", "50", "--weight-var",
                          "0.02", "--mean", "2", "--var", "3", "--corr-len", "0.5", "--grad-var",
                          "2", "--grad-corr-len", "0.3", "--format", "json"});
   REQUIRE(o.status == 0);
@@ -68,7 +60,7 @@ TEST_CASE("cli: component json is exactly one object with the documented keys", 
 }
 
 TEST_CASE("cli: text output and --flag=value", "[cli]") {
-  const Outcome o = run({"component", "dropout", "--p=0.5", "--var", "2"});
+  const Outcome o = run_cli({"component", "dropout", "--p=0.5", "--var", "2"});
   REQUIRE(o.status == 0);
   CHECK(o.out.find("var 4") != std::string::npos);  // 2/(1-0.5)
   CHECK(o.out.find("grad_var 2") != std::string::npos);
@@ -100,24 +92,24 @@ TEST_CASE("cli: bad input exits with status 2 and one clear line", "[cli][errors
 TEST_CASE("cli: help and version go to stdout with status 0", "[cli]") {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"--help"}, {"component", "--help"}, {"--version"}}) {
-    const Outcome o = run(args);
+    const Outcome o = run_cli(args);
     CHECK(o.status == 0);
     CHECK(!o.out.empty());
     CHECK(o.err.empty());
   }
-  CHECK(run({}).status == 2);
+  CHECK(run_cli({}).status == 2);
 }
 
 TEST_CASE("cli: every component evaluates and matches the library", "[cli]") {
   for (const char* name : {"embedding", "linear", "dropout", "relu", "gelu", "layernorm", "softmax", "attention"}) {
-    const Outcome o = run({"component", name, "--corr-len", "0.4", "--format", "json"});
+    const Outcome o = run_cli({"component", name, "--corr-len", "0.4", "--format", "json"});
     INFO(name << ": " << o.err);
     CHECK(o.status == 0);
     CHECK(o.out.rfind(std::string("{\"component\": \"") + name + "\", \"forward\": {\"mean\": ", 0) == 0);
     CHECK(std::count(o.out.begin(), o.out.end(), '\n') == 1);
   }
   // ReLU at r = 0.4 against the library.
-  const Outcome o = run({"component", "relu", "--var", "2", "--corr-len", "0.4", "--format", "json"});
+  const Outcome o = run_cli({"component", "relu", "--var", "2", "--corr-len", "0.4", "--format", "json"});
   const auto f = sigprop::Relu<double>().forward({0, 2, 0.4, 0});
   CHECK(o.out.find("\"var\": " + sigprop::cli::exact(f.var)) != std::string::npos);
   CHECK(o.out.find("\"corr_len\": " + sigprop::cli::exact(f.corr_len)) != std::string::npos);
@@ -125,30 +117,30 @@ TEST_CASE("cli: every component evaluates and matches the library", "[cli]") {
   require_usage_error({"component", "softmax", "--form", "fast"}, "--form", "fast", "exact|full|simplified");
   require_usage_error({"component", "embedding", "--tables", "token,words"}, "--tables", "words", "token, position, segment");
   // Overflowing exponentials: status 2, one line naming the quantity.
-  const Outcome big = run({"component", "attention", "--corr-len", "0.5", "--q-var", "1", "--k-var", "1"});
+  const Outcome big = run_cli({"component", "attention", "--corr-len", "0.5", "--q-var", "1", "--k-var", "1"});
   CHECK(big.status == 2);
   CHECK(big.out.empty());
   CHECK(big.err.find("overflows") != std::string::npos);
 }
 
 TEST_CASE("cli: table and init formats", "[cli][models]") {
-  const Outcome csv = run({"table", "--layers", "3", "--d", "64", "--heads", "4", "--format", "csv"});
+  const Outcome csv = run_cli({"table", "--layers", "3", "--d", "64", "--heads", "4", "--format", "csv"});
   REQUIRE(csv.status == 0);
   CHECK(csv.out.rfind("layer,var,corr_len,grad_var,grad_corr_len", 0) == 0);
   CHECK(std::count(csv.out.begin(), csv.out.end(), '\n') == 5);  // header + n = 0..3
-  const Outcome json = run({"table", "--layers", "3", "--d", "64", "--heads", "4", "--format", "json"});
+  const Outcome json = run_cli({"table", "--layers", "3", "--d", "64", "--heads", "4", "--format", "json"});
   REQUIRE(json.status == 0);
   CHECK(json.out.front() == '[');
   CHECK(std::count(json.out.begin(), json.out.end(), '{') == 4);
-  const Outcome text = run({"table"});
+  const Outcome text = run_cli({"table"});
   REQUIRE(text.status == 0);
   CHECK(std::count(text.out.begin(), text.out.end(), '\n') == 3 + 13);  // description, header, n = 0..12, measures
-  const Outcome init = run({"init", "--scheme", "dslm", "--layers", "2", "--format", "csv"});
+  const Outcome init = run_cli({"init", "--scheme", "dslm", "--layers", "2", "--format", "csv"});
   REQUIRE(init.status == 0);
   CHECK(init.out.rfind("layer,weight,std\n0,embedding,", 0) == 0);
   CHECK(std::count(init.out.begin(), init.out.end(), '\n') == 1 + 3 + 2 * 10);  // header, embedding rows, 6 weights + 4 scales per layer
   // Measured input replaces the embedding: no embedding row.
-  const Outcome measured = run({"init", "--scheme", "xavier", "--layers", "1", "--input-var", "1",
+  const Outcome measured = run_cli({"init", "--scheme", "xavier", "--layers", "1", "--input-var", "1",
                                 "--input-corr-len", "0.2", "--format", "csv"});
   CHECK(measured.out.find("embedding") == std::string::npos);
   require_usage_error({"table", "--arch", "mid-ln"}, "--arch", "mid-ln", "pre-ln|post-ln");
@@ -167,7 +159,7 @@ TEST_CASE("cli: table --positions prints trace_positions and trace_position_grad
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  const Outcome csv = run(with({"--positions", "last,1,1", "--format", "csv"}));
+  const Outcome csv = run_cli(with({"--positions", "last,1,1", "--format", "csv"}));
   REQUIRE(csv.status == 0);
   CHECK(csv.err.empty());
   const sigprop::ModelConfig c = small_decoder("gpt2", 2, 32);
@@ -188,16 +180,16 @@ TEST_CASE("cli: table --positions prints trace_positions and trace_position_grad
     }
   CHECK(csv.out == expected);
   // Beyond 4096 tokens the gradient's pairs are not carried: its columns are empty.
-  const Outcome long_csv = run({"table", "--arch", "gpt2", "--layers", "1", "--d", "64", "--heads", "2", "--seq",
+  const Outcome long_csv = run_cli({"table", "--arch", "gpt2", "--layers", "1", "--d", "64", "--heads", "2", "--seq",
                                 "5000", "--positions", "1", "--format", "csv"});
   REQUIRE(long_csv.status == 0);
   CHECK(long_csv.out.find("\n1,1,") != std::string::npos);
   CHECK(long_csv.out.substr(long_csv.out.size() - 4) == ",,,\n");
-  const Outcome json = run(with({"--positions", "4", "--format", "json"}));
+  const Outcome json = run_cli(with({"--positions", "4", "--format", "json"}));
   REQUIRE(json.status == 0);
   CHECK(std::count(json.out.begin(), json.out.end(), '{') == 3);  // layers 0..2 at one position
   CHECK(json.out.find("\"mid_var\": null") != std::string::npos);
-  const Outcome text = run(with({"--positions", "1,16"}));
+  const Outcome text = run_cli(with({"--positions", "1,16"}));
   REQUIRE(text.status == 0);
   CHECK(std::count(text.out.begin(), text.out.end(), '\n') == 2 + 3 * 2);  // description, header, 3 layers x 2
   CHECK(text.out.find("grad_var") != std::string::npos);
@@ -217,7 +209,7 @@ TEST_CASE("cli: --rotary puts rotary embeddings on every head (table, sweep)", "
   const sigprop::Trace t = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier));
   c.rotary_base = 0;
   const sigprop::Trace plain = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier));
-  const Outcome csv = run({"table", "--arch", "llama", "--layers", "3", "--d", "64", "--heads", "2", "--seq", "64",
+  const Outcome csv = run_cli({"table", "--arch", "llama", "--layers", "3", "--d", "64", "--heads", "2", "--seq", "64",
                            "--rotary", "10000", "--format", "csv"});
   INFO(csv.err);
   REQUIRE(csv.status == 0);
@@ -226,10 +218,10 @@ TEST_CASE("cli: --rotary puts rotary embeddings on every head (table, sweep)", "
                                exact(t.rows[3].backward.var) + ",";
   CHECK(csv.out.find("\n" + last_row) != std::string::npos);
   CHECK(t.rows[0].backward.var != plain.rows[0].backward.var);
-  const Outcome text = run({"table", "--arch", "llama", "--layers", "3", "--d", "64", "--heads", "2", "--rotary",
+  const Outcome text = run_cli({"table", "--arch", "llama", "--layers", "3", "--d", "64", "--heads", "2", "--rotary",
                             "10000"});
   CHECK(text.out.find("rotary base 10000") != std::string::npos);
-  const Outcome swept = run({"sweep", "--arch", "llama", "--scheme", "xavier", "--layers", "3", "--d", "64",
+  const Outcome swept = run_cli({"sweep", "--arch", "llama", "--scheme", "xavier", "--layers", "3", "--d", "64",
                              "--head-dim", "32", "--seq", "64", "--rotary", "10000"});
   REQUIRE(swept.status == 0);
   const auto s = sigprop::summarize_trace(t, {});
@@ -240,7 +232,7 @@ TEST_CASE("cli: --rotary puts rotary embeddings on every head (table, sweep)", "
                       "at least 2");
   require_usage_error({"component", "attention", "--d-k", "1", "--rotary", "10000"}, "--rotary", "head width 1",
                       "at least 2");
-  const Outcome component = run({"component", "attention", "--rotary", "10000", "--corr-len", "0.5", "--format",
+  const Outcome component = run_cli({"component", "attention", "--rotary", "10000", "--corr-len", "0.5", "--format",
                                  "json"});
   REQUIRE(component.status == 0);
   const sigprop::Attention<double> head(512, 64, 256, 1.0 / 512, 1.0 / 512, 1.0 / 512, 0,
@@ -252,7 +244,7 @@ TEST_CASE("cli: results outside the validated domain are flagged, not refused", 
   // Q/K at 16x the Xavier variance: score variance ~40, softmax nearly one-hot.
   const std::vector<std::string> hot = {"table", "--layers", "3", "--d", "128", "--heads", "4",
                                         "--seq", "128", "--q-var", "0.05", "--k-var", "0.05"};
-  const Outcome text = run(hot);
+  const Outcome text = run_cli(hot);
   INFO("stderr: " << text.err);
   CHECK(text.status == 0);
   CHECK(text.err.rfind("sigprop: warning: layers 1-3 are outside the validated domain", 0) == 0);
@@ -261,7 +253,7 @@ TEST_CASE("cli: results outside the validated domain are flagged, not refused", 
   CHECK(std::count(text.out.begin(), text.out.end(), '!') == 3 + 1);  // three rows and the legend
   std::vector<std::string> csv_args = hot;
   csv_args.insert(csv_args.end(), {"--format", "csv"});
-  const Outcome csv = run(csv_args);
+  const Outcome csv = run_cli(csv_args);
   CHECK(csv.status == 0);
   CHECK(csv.out.find(",score_var,outside_domain,branch_var,residual_share,mid_branch_var,mid_residual_share,"
                      "q_grad_sq,k_grad_sq,v_grad_sq,o_grad_sq,ffn1_grad_sq,ffn2_grad_sq,spike_attn_bound,spike_ffn_bound\n") !=
@@ -269,23 +261,23 @@ TEST_CASE("cli: results outside the validated domain are flagged, not refused", 
   CHECK(csv.out.find(",0,0,0,0,,,,,,,,,,\n") != std::string::npos);  // the input row: inside, no branch
   CHECK(std::count(csv.out.begin(), csv.out.end(), '\n') == 5);
   // Xavier Q/K: inside, no warning, no marks.
-  const Outcome plain = run({"table", "--layers", "3", "--d", "128", "--heads", "4", "--seq", "128"});
+  const Outcome plain = run_cli({"table", "--layers", "3", "--d", "128", "--heads", "4", "--seq", "128"});
   CHECK(plain.status == 0);
   CHECK(plain.err.empty());
   CHECK(plain.out.find('!') == std::string::npos);
   // One component: the flag is in the json, the warning on stderr.
-  const Outcome one = run({"component", "attention", "--d-in", "128", "--d-k", "32", "--seq", "128",
+  const Outcome one = run_cli({"component", "attention", "--d-in", "128", "--d-k", "32", "--seq", "128",
                            "--q-var", "0.05", "--k-var", "0.05", "--format", "json"});
   CHECK(one.status == 0);
   CHECK(one.out.find("\"outside\": true") != std::string::npos);
   CHECK(one.err.rfind("sigprop: warning: attention is outside", 0) == 0);
-  const Outcome calm = run({"component", "attention", "--d-in", "128", "--d-k", "32", "--seq", "128", "--format", "json"});
+  const Outcome calm = run_cli({"component", "attention", "--d-in", "128", "--d-k", "32", "--seq", "128", "--format", "json"});
   CHECK(calm.out.find("\"outside\": false") != std::string::npos);
   CHECK(calm.err.empty());
 }
 
 TEST_CASE("cli: sweep prints one summary per grid point, matching the library", "[cli][sweep]") {
-  const Outcome csv = run({"sweep", "--arch", "pre-ln,post-ln", "--scheme", "xavier,dslm", "--layers", "4:8:4",
+  const Outcome csv = run_cli({"sweep", "--arch", "pre-ln,post-ln", "--scheme", "xavier,dslm", "--layers", "4:8:4",
                            "--d", "128", "--head-dim", "32", "--seq", "64", "--dropout", "0,0.1"});
   INFO(csv.err);
   REQUIRE(csv.status == 0);
@@ -309,13 +301,13 @@ TEST_CASE("cli: sweep prints one summary per grid point, matching the library", 
   const auto s = sigprop::summarize_trace(sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::dslm)), {});
   CHECK(rows.back().rfind("post-ln,dslm,8,128,4,0.1,2,1," + sigprop::cli::exact(s.final_var) + ",", 0) == 0);
 
-  const Outcome json = run({"sweep", "--layers", "4", "--d", "128", "--seq", "64", "--format", "json"});
+  const Outcome json = run_cli({"sweep", "--layers", "4", "--d", "128", "--seq", "64", "--format", "json"});
   REQUIRE(json.status == 0);
   CHECK(json.out.front() == '[');
   CHECK(json.out.find("\"within_bounds\": ") != std::string::npos);
   CHECK(std::count(json.out.begin(), json.out.end(), '{') == 1);
 
-  const Outcome help = run({"sweep", "--help"});
+  const Outcome help = run_cli({"sweep", "--help"});
   CHECK(help.status == 0);
   CHECK(help.out.find("START:STOP:STEP") != std::string::npos);
 }
@@ -323,14 +315,14 @@ TEST_CASE("cli: sweep prints one summary per grid point, matching the library", 
 TEST_CASE("cli: a diverging configuration is marked overflow and the sweep goes on", "[cli][sweep]") {
   // Admin forced onto Pre-LN: the stream variance passes 1e308 before layer 192
   // (docs/domains.md); the same sweep point by point through the library.
-  const Outcome csv = run({"sweep", "--arch", "pre-ln", "--scheme", "admin,dslm", "--layers", "192"});
+  const Outcome csv = run_cli({"sweep", "--arch", "pre-ln", "--scheme", "admin,dslm", "--layers", "192"});
   INFO(csv.err);
   REQUIRE(csv.status == 0);
   CHECK(csv.err.empty());
   CHECK(csv.out.find("\npre-ln,admin,192,512,8,0.1,,,,,,,,,,0,0,,,1\n") != std::string::npos);
   CHECK(csv.out.find("\npre-ln,dslm,192,512,8,0.1,2,1,1.") != std::string::npos);
   CHECK(csv.out.find(",0\n", csv.out.find("\npre-ln,dslm,")) != std::string::npos);  // dslm: overflow = 0
-  const Outcome json = run({"sweep", "--arch", "pre-ln", "--scheme", "admin", "--layers", "192", "--format", "json"});
+  const Outcome json = run_cli({"sweep", "--arch", "pre-ln", "--scheme", "admin", "--layers", "192", "--format", "json"});
   REQUIRE(json.status == 0);
   CHECK(json.out.find("\"final_var\": null") != std::string::npos);
   CHECK(json.out.find("\"within_bounds\": false") != std::string::npos);
@@ -351,30 +343,30 @@ TEST_CASE("cli: sweep rejects bad grids with status 2", "[cli][sweep][errors]") 
 
 TEST_CASE("cli: every scheme by name, with its own architecture unless --arch is given", "[cli][schemes]") {
   for (const sigprop::SchemeInfo& i : sigprop::schemes()) {
-    const Outcome t = run({"table", "--scheme", i.name, "--layers", "3", "--d", "64", "--heads", "2", "--seq", "32"});
+    const Outcome t = run_cli({"table", "--scheme", i.name, "--layers", "3", "--d", "64", "--heads", "2", "--seq", "32"});
     INFO(i.name << ": " << t.err);
     REQUIRE(t.status == 0);
     CHECK(t.out.rfind(std::string("# ") + sigprop::to_string(i.arch) + ", " + i.name + ",", 0) == 0);
     CHECK(t.out.find("# output change sum beta_ii^2 = ") != std::string::npos);
-    const Outcome init = run({"init", "--scheme", i.name, "--layers", "2", "--d", "64", "--heads", "2", "--format", "csv"});
+    const Outcome init = run_cli({"init", "--scheme", i.name, "--layers", "2", "--d", "64", "--heads", "2", "--format", "csv"});
     CHECK(init.status == 0);
     CHECK(init.out.find("\n2,ffn_branch,") != std::string::npos);
   }
-  const Outcome composed = run({"table", "--scheme", "t-fixup", "--arch", "pre-ln", "--layers", "2"});
+  const Outcome composed = run_cli({"table", "--scheme", "t-fixup", "--arch", "pre-ln", "--layers", "2"});
   CHECK(composed.out.rfind("# pre-ln, t-fixup,", 0) == 0);
-  const Outcome scale = run({"init", "--scheme", "scaled-embed", "--d", "256", "--heads", "4", "--layers", "1",
+  const Outcome scale = run_cli({"init", "--scheme", "scaled-embed", "--d", "256", "--heads", "4", "--layers", "1",
                              "--format", "csv"});
   CHECK(scale.out.find("0,embedding_scale,16\n") != std::string::npos);
   CHECK(scale.out.find("0,embedding_ln,0\n") != std::string::npos);
-  const Outcome admin = run({"init", "--scheme", "admin", "--layers", "2", "--format", "csv"});
+  const Outcome admin = run_cli({"init", "--scheme", "admin", "--layers", "2", "--format", "csv"});
   CHECK(admin.out.find("1,attn_skip,0\n") != std::string::npos);  // omega_1 = 0
   require_usage_error({"table", "--scheme", "fixup"}, "--scheme", "fixup", "t-fixup");
-  const Outcome sweep = run({"sweep", "--scheme", "admin,rezero,dslm", "--layers", "4", "--d", "128"});
+  const Outcome sweep = run_cli({"sweep", "--scheme", "admin,rezero,dslm", "--layers", "4", "--d", "128"});
   REQUIRE(sweep.status == 0);
   CHECK(sweep.out.find("\npost-ln,admin,4,") != std::string::npos);
   CHECK(sweep.out.find("\nno-ln,rezero,4,") != std::string::npos);
   CHECK(sweep.out.find("\npre-ln,dslm,4,") != std::string::npos);
-  const Outcome json = run({"sweep", "--scheme", "admin", "--arch", "post-ln,no-ln", "--layers", "2", "--d", "128",
+  const Outcome json = run_cli({"sweep", "--scheme", "admin", "--arch", "post-ln,no-ln", "--layers", "2", "--d", "128",
                             "--format", "json"});
   CHECK(json.status == 0);
   CHECK(json.out.find("\"arch\": \"no-ln\"") != std::string::npos);

@@ -22,7 +22,7 @@
 #include "catch.hpp"
 #include "sigprop/sigprop.hpp"
 
-#include "../cli/run.hpp"
+#include "cli_support.hpp"
 
 using namespace sigprop;
 
@@ -748,18 +748,13 @@ struct CliRow {
   bool skip_hi_eval = false;  // the upper edge is not evaluated (too slow); one step outside still is
 };
 
-struct Outcome {
-  int status;
-  std::string out, err;
-};
+using Outcome = sigprop::test::CliOutcome;
 
 Outcome run_cli(const CliRow& row, const std::string& value) {
   std::vector<std::string> args = row.command;
   args.push_back("--" + row.flag);
   args.push_back(value);
-  std::ostringstream out, err;
-  const int status = sigprop::cli::run(args, out, err);
-  return {status, out.str(), err.str()};
+  return sigprop::test::run_cli(args);
 }
 
 std::string joined(const std::vector<std::string>& words) {

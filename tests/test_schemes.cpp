@@ -9,7 +9,7 @@
 using namespace sigprop;
 
 namespace {
-ModelConfig small(Arch arch, FfnActivation act = FfnActivation::relu) {
+ModelConfig scheme_model(Arch arch, FfnActivation act = FfnActivation::relu) {
   ModelConfig c;
   c.arch = arch;
   c.layers = 6;
@@ -23,7 +23,7 @@ ModelConfig small(Arch arch, FfnActivation act = FfnActivation::relu) {
 }  // namespace
 
 TEST_CASE("schemes: the per-entry variances of each preset", "[schemes]") {
-  const ModelConfig c = small(Arch::pre_ln);
+  const ModelConfig c = scheme_model(Arch::pre_ln);
   const double d = 256, dk = 64, m = 4, p = 0.1;
   const auto x = initialize(c, Scheme::xavier);
   CHECK(x.layers[0].q == Approx(2 / (d + dk)).epsilon(1e-15));
@@ -52,7 +52,7 @@ TEST_CASE("schemes: the per-entry variances of each preset", "[schemes]") {
 TEST_CASE("schemes: full DSLM gives unit block outputs, also for GeLU (root finding)", "[schemes]") {
   for (Arch arch : {Arch::pre_ln, Arch::post_ln}) {
     for (FfnActivation act : {FfnActivation::relu, FfnActivation::gelu}) {
-      const ModelConfig c = small(arch, act);
+      const ModelConfig c = scheme_model(arch, act);
       const auto w = initialize(c, Scheme::dslm);
       const auto t = trace(c, w);
       for (const auto& r : t.rows) CHECK(r.forward.var == Approx(1).epsilon(1e-10));
@@ -64,12 +64,12 @@ TEST_CASE("schemes: full DSLM gives unit block outputs, also for GeLU (root find
     }
   }
   // ReLU, m = 4, Pre-LN: the FFN block needs 2 d^2 w^2/(1-p) = 1, the paper's (1/d) sqrt((1-p)/2).
-  const auto w = initialize(small(Arch::pre_ln), Scheme::dslm);
+  const auto w = initialize(scheme_model(Arch::pre_ln), Scheme::dslm);
   CHECK(w.layers[2].ffn1 == Approx(std::sqrt(0.9 / 2) / 256).epsilon(1e-8));
 }
 
 TEST_CASE("schemes: overrides, measured input and errors", "[schemes][errors]") {
-  const ModelConfig c = small(Arch::pre_ln);
+  const ModelConfig c = scheme_model(Arch::pre_ln);
   WeightOverrides o;
   o.q = 0.5;
   o.ffn2 = 0.25;
@@ -111,7 +111,7 @@ TEST_CASE("schemes: names, native architectures and parsing", "[schemes]") {
 }
 
 TEST_CASE("schemes: the papers' per-entry variances and residual scales", "[schemes]") {
-  ModelConfig c = small(Arch::post_ln);  // N = 6, d = 256, H = 4, m = 4, p = 0.1
+  ModelConfig c = scheme_model(Arch::post_ln);  // N = 6, d = 256, H = 4, m = 4, p = 0.1
   const double N = 6, d = 256, dk = 64, m = 4;
   const double xavier_ffn = 2 / (d + m * d);
   // DeepNet (encoder): alpha = (2N)^(1/4), b = (8N)^(-1/4) on V, O, W1, W2.
@@ -170,7 +170,7 @@ TEST_CASE("schemes: the papers' per-entry variances and residual scales", "[sche
 }
 
 TEST_CASE("schemes: Admin's omega from the profiling trace", "[schemes]") {
-  const ModelConfig c = small(Arch::post_ln);
+  const ModelConfig c = scheme_model(Arch::post_ln);
   // The profiling pass: the same model with omega = 1 (plain Post-LN Xavier).
   const Trace profile = trace(c, initialize(c, Scheme::xavier));
   for (bool code : {false, true}) {
@@ -191,7 +191,7 @@ TEST_CASE("schemes: Admin's omega from the profiling trace", "[schemes]") {
 }
 
 TEST_CASE("schemes: Admin's residual dependencies, Pre-LN 1/i against Post-LN constant", "[schemes][measures]") {
-  ModelConfig c = small(Arch::pre_ln);
+  ModelConfig c = scheme_model(Arch::pre_ln);
   c.layers = 48;
   c.dropout = 0;
   const Trace pre = trace(c, initialize(c, Scheme::xavier));

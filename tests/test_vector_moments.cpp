@@ -27,7 +27,7 @@ using sigprop::test::z_score;
 
 // |predicted - measured| within 5 standard errors plus `margin` relative
 // (plus 1e-12, the rounding of exact zeros).
-void check_close(const char* what, const mc::Estimate& e, double predicted, double margin = 0) {
+void check_near(const char* what, const mc::Estimate& e, double predicted, double margin = 0) {
   sigprop::test::check_within(what, e, predicted, 5, margin * std::abs(predicted), 1e-12);
 }
 
@@ -75,7 +75,7 @@ TEST_CASE("norm_var_ratio: Linear, Dropout and a Post-LN residual sum against si
     }
     std::printf("residual beta^2 = %.1f: nu predicted %.4f measured %.4f +- %.4f\n", beta2, predicted,
                 acc.norm_var_ratio().value, acc.norm_var_ratio().std_error);
-    check_close("residual norm_var_ratio", acc.norm_var_ratio(), predicted);
+    check_near("residual norm_var_ratio", acc.norm_var_ratio(), predicted);
   }
 
   // Linear fed Gaussian rows: |y|^2 = |x|^2 chi^2/d_out, nu = 1 + (d_out + 1)/d_in.
@@ -89,7 +89,7 @@ TEST_CASE("norm_var_ratio: Linear, Dropout and a Post-LN residual sum against si
     std::printf("linear: nu predicted %.4f measured %.4f +- %.4f\n", predicted, acc.norm_var_ratio().value,
                 acc.norm_var_ratio().std_error);
     // The rule reads d_in for the uncentred input norm: O(1/d) of nu.
-    check_close("linear norm_var_ratio", acc.norm_var_ratio(), predicted, 2.0 / d);
+    check_near("linear norm_var_ratio", acc.norm_var_ratio(), predicted, 2.0 / d);
   }
 
   // Dropout on Gaussian rows adds 3p/(2(1 - p)).
@@ -102,7 +102,7 @@ TEST_CASE("norm_var_ratio: Linear, Dropout and a Post-LN residual sum against si
       acc.add(mc::sample_activations(L, d, x_moments, rng).cwiseProduct(mc::ops::dropout_mask(L, d, p, rng)));
     std::printf("dropout: nu predicted %.4f measured %.4f +- %.4f\n", predicted, acc.norm_var_ratio().value,
                 acc.norm_var_ratio().std_error);
-    check_close("dropout norm_var_ratio", acc.norm_var_ratio(), predicted);
+    check_near("dropout norm_var_ratio", acc.norm_var_ratio(), predicted);
   }
 }
 
@@ -142,9 +142,9 @@ TEST_CASE("norm_var_ratio: activations and the multi-head attention output again
                 silu_acc.norm_var_ratio().value, silu_acc.norm_var_ratio().std_error);
     // Before this rule every activation output carried nu = 1.
     CHECK(z_score(relu_acc.norm_var_ratio(), 1.0) > 5);
-    check_close("relu norm_var_ratio", relu_acc.norm_var_ratio(), relu_nu);
-    check_close("gelu norm_var_ratio", gelu_acc.norm_var_ratio(), gelu_nu);
-    check_close("silu norm_var_ratio", silu_acc.norm_var_ratio(), silu_nu);
+    check_near("relu norm_var_ratio", relu_acc.norm_var_ratio(), relu_nu);
+    check_near("gelu norm_var_ratio", gelu_acc.norm_var_ratio(), gelu_nu);
+    check_near("silu norm_var_ratio", silu_acc.norm_var_ratio(), silu_nu);
   }
   // Three heads of width 32 on a LayerNorm output, then W_O: the heads share
   // the norm of the softmax-weighted input, whose part shared by all
@@ -171,7 +171,7 @@ TEST_CASE("norm_var_ratio: activations and the multi-head attention output again
     std::printf("attention block r = %.1f: nu predicted %.4f measured %.4f +- %.4f (a Linear's rule alone: %.4f)\n", r,
                 predicted, acc.norm_var_ratio().value, acc.norm_var_ratio().std_error, 1 + (d + 1.0) / d);
     // Not modelled: the query-to-query fluctuation of sum_k P_ik^2; 5 % margin.
-    check_close("attention norm_var_ratio", acc.norm_var_ratio(), predicted, 0.05);
+    check_near("attention norm_var_ratio", acc.norm_var_ratio(), predicted, 0.05);
     if (r < 0.5) CHECK(z_score(acc.norm_var_ratio(), 1 + (d + 1.0) / d) > 5);
   }
 }
@@ -221,8 +221,8 @@ TEST_CASE("LayerNorm backward in a Post-LN chain: norm fluctuation and projected
                 beta2, s.norm_var_ratio, at_s.norm_var_ratio().value, at_s.norm_var_ratio().std_error, g_s.var,
                 ms.var.value, ms.var.std_error, gauss_s, g_h.align_activation, at_h.align_activation().value,
                 g_h.align_mean, at_h.align_mean().value, g_h.var, mh.var.value, mh.var.std_error, g_x.var, mx.var.value, mx.var.std_error, gauss_x);
-    check_close("nu at s", at_s.norm_var_ratio(), s.norm_var_ratio);
-    check_close("grad var at s", ms.var, g_s.var);
+    check_near("nu at s", at_s.norm_var_ratio(), s.norm_var_ratio);
+    check_near("grad var at s", ms.var, g_s.var);
     // The gradient at s is orthogonal to s and to 1.
     CHECK(at_s.align_activation().value < 1e-20);
     CHECK(at_s.align_mean().value < 1e-20);
@@ -230,9 +230,9 @@ TEST_CASE("LayerNorm backward in a Post-LN chain: norm fluctuation and projected
     CHECK(g_h.align_activation == Approx(0).margin(1e-12));
     CHECK(at_h.align_activation().value < 1e-20);
     // align_mean mixes the skip's 0 with the branch's isotropic 1 by energy.
-    check_close("align_mean at h", at_h.align_mean(), g_h.align_mean);
-    check_close("grad var at h", mh.var, g_h.var);
-    check_close("grad var at x", mx.var, g_x.var);
+    check_near("align_mean at h", at_h.align_mean(), g_h.align_mean);
+    check_near("grad var at h", mh.var, g_h.var);
+    check_near("grad var at x", mx.var, g_x.var);
     // Resolution: the isotropic Gaussian forms miss by more than 5 standard
     // errors where the branch is small (beta^2 <= 0.25).
     if (beta2 <= 0.25) {
@@ -292,7 +292,7 @@ TEST_CASE("norm_coupling: LayerNorm's input gradient where the gradient is large
     std::printf("norm_coupling %.3f: grad var %.5f / %.5f +- %.5f (uncoupled form %.5f) | coupling of the input gradient %.4f / %.4f\n",
                 g.norm_coupling, predicted.var, m.var.value, m.var.std_error, without, predicted.norm_coupling, coupling_out);
     // e^c is the log-normal form of E[e m/Q]/(E[e] E[m/Q]): 0.1 % relative margin for its third cumulant.
-    check_close("grad var", m.var, predicted.var, 1e-3);
+    check_near("grad var", m.var, predicted.var, 1e-3);
     if (gamma > 0) CHECK(z_score(m.var, without) > 5);  // the coupling is resolved
     // The log-covariance of the input gradient with the inverse norm: c +
     // Var[log Q] (2 nu/(d - 1) to first order; log chi^2's variance is
@@ -323,7 +323,7 @@ TEST_CASE("RmsNorm backward in a post-norm chain keeps the projected gradient", 
   const auto mx = grad_x.grad_result();
   std::printf("RMSNorm chain: grad at x %.5f / %.5f +- %.5f (isotropic Gaussian %.5f)\n", g_x.var, mx.var.value,
               mx.var.std_error, gauss_x);
-  check_close("grad var at x", mx.var, g_x.var);
+  check_near("grad var at x", mx.var, g_x.var);
   CHECK(z_score(mx.var, gauss_x) > 5);
 }
 

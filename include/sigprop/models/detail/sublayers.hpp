@@ -243,18 +243,27 @@ auto make_ffn_block(const StackShape<T>& s, const W& w) {
   return ffn_block<Activation>(s.d, T(s.hidden / s.d), T(w.ffn1), T(w.ffn2), s.dropout);
 }
 
-// The block of sublayer `which` as the shape says (full or causal attention;
-// plain or gated FFN), handed to `apply`.
+// The attention block as the shape says (full or causal), handed to `apply`.
+template <class T, class W, class Apply>
+auto with_attention_block(const StackShape<T>& s, const W& w, Apply apply) {
+  if (s.causal)
+    return apply(causal_attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
+                                           s.attention_gradient, s.rotary));
+  return apply(make_attention_block(s, w));
+}
+
+// The FFN block as the shape says (plain or gated), handed to `apply`.
 template <class Activation, class T, class W, class Apply>
-auto with_block(const StackShape<T>& s, const W& w, Sublayer which, Apply apply) {
-  if (which == Sublayer::attention) {
-    if (s.causal)
-      return apply(causal_attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
-                                             s.attention_gradient, s.rotary));
-    return apply(make_attention_block(s, w));
-  }
+auto with_ffn_block(const StackShape<T>& s, const W& w, Apply apply) {
   if (s.gated) return apply(glu_ffn_block<Activation>(s.d, s.hidden, T(w.ffn1), T(w.ffn_gate), T(w.ffn2), s.dropout));
   return apply(make_ffn_block<Activation>(s, w));
+}
+
+// The block of sublayer `which`, handed to `apply`.
+template <class Activation, class T, class W, class Apply>
+auto with_block(const StackShape<T>& s, const W& w, Sublayer which, Apply apply) {
+  if (which == Sublayer::attention) return with_attention_block(s, w, std::move(apply));
+  return with_ffn_block<Activation>(s, w, std::move(apply));
 }
 
 // with_sublayer around the block with_block builds.

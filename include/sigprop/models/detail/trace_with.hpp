@@ -16,6 +16,58 @@ namespace sigprop {
 
 namespace detail {
 
+// One sublayer's traced passes, its block chosen by `with_block` (a generic
+// callable taking `apply`): the forward pass, its record appended to
+// `records`, and the backward pass of layer n from that record.
+template <class T, class W, class WithBlock>
+SublayerForward<T> traced_forward(const WithBlock& with_block, const StackShape<T>& s, const W& w, Sublayer which,
+                                  const Moments<T>& x, SublayerRecords& records) {
+  return with_block([&](auto block) { return sublayer_forward(s, w, which, std::move(block), x, &records); });
+}
+
+template <class T, class W, class WithBlock>
+GradMoments<T> traced_backward(const WithBlock& with_block, const StackShape<T>& s, const W& w, Sublayer which,
+                               SublayerRecords& records, std::size_t n, const GradMoments<T>& g) {
+  // The backward maps from the forward passes' records (no replay); the
+  // gradients are checked outputs or the validated top gradient.
+  return with_block([&](auto block) {
+    return with_sublayer(s, w, which, std::move(block), [&](const auto& sub) {
+      using Sub = std::decay_t<decltype(sub)>;
+      return detail::backward_recorded(sub, records_of<Sub>(records)[n], g);
+    });
+  });
+}
+
+// The attention sublayer's passes do not depend on the FFN's activation:
+// with SIGPROP_SEPARATE_COMPILATION they are compiled once per lane type
+// (src/trace_attention_*.cpp), the FFN's once per lane type and activation.
+template <class T, class W>
+SublayerForward<T> attention_forward(const StackShape<T>& s, const W& w, const Moments<T>& x,
+                                     SublayerRecords& records) {
+  const auto with_block = [&](auto apply) { return with_attention_block(s, w, std::move(apply)); };
+  return traced_forward(with_block, s, w, Sublayer::attention, x, records);
+}
+
+template <class T, class W>
+GradMoments<T> attention_backward(const StackShape<T>& s, const W& w, SublayerRecords& records, std::size_t n,
+                                  const GradMoments<T>& g) {
+  const auto with_block = [&](auto apply) { return with_attention_block(s, w, std::move(apply)); };
+  return traced_backward(with_block, s, w, Sublayer::attention, records, n, g);
+}
+
+template <class Activation, class T, class W>
+SublayerForward<T> ffn_forward(const StackShape<T>& s, const W& w, const Moments<T>& x, SublayerRecords& records) {
+  const auto with_block = [&](auto apply) { return with_ffn_block<Activation>(s, w, std::move(apply)); };
+  return traced_forward(with_block, s, w, Sublayer::ffn, x, records);
+}
+
+template <class Activation, class T, class W>
+GradMoments<T> ffn_backward(const StackShape<T>& s, const W& w, SublayerRecords& records, std::size_t n,
+                            const GradMoments<T>& g) {
+  const auto with_block = [&](auto apply) { return with_ffn_block<Activation>(s, w, std::move(apply)); };
+  return traced_backward(with_block, s, w, Sublayer::ffn, records, n, g);
+}
+
 template <class Activation, class T, class W>
 BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, const Moments<T>& input,
                          const GradMoments<T>& top) {
@@ -27,24 +79,17 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
   t.rows[0].domain = Domain<T>::zero_like(input.var);
   t.rows[0].branch_var = t.rows[0].residual_share = 0 * input.var;
   SublayerRecords attention_records{{}, N}, ffn_records{{}, N};  // for the backward pass
+  const auto record = [](BasicTraceRow<T>& row, const SublayerForward<T>& f) {
+    row.forward = f.out;
+    row.branch_var = f.branch_var;
+    row.residual_share = f.residual_share;
+    row.domain = f.domain;
+  };
   for (std::size_t n = 0; n < N; ++n) {
-    const W& w = layers[n];
-    const auto record = [](BasicTraceRow<T>& row, const SublayerForward<T>& f) {
-      row.forward = f.out;
-      row.branch_var = f.branch_var;
-      row.residual_share = f.residual_share;
-      row.domain = f.domain;
-    };
     t.mid[n].layer = n + 1;
-    const auto forward_of = [&](Sublayer which, const Moments<T>& x) {
-      SublayerRecords* records = which == Sublayer::attention ? &attention_records : &ffn_records;
-      return with_block<Activation>(s, w, which, [&](auto block) {
-        return sublayer_forward(s, w, which, std::move(block), x, records);
-      });
-    };
-    record(t.mid[n], forward_of(Sublayer::attention, t.rows[n].forward));
+    record(t.mid[n], attention_forward(s, layers[n], t.rows[n].forward, attention_records));
     t.rows[n + 1].layer = n + 1;
-    record(t.rows[n + 1], forward_of(Sublayer::ffn, t.mid[n].forward));
+    record(t.rows[n + 1], ffn_forward<Activation>(s, layers[n], t.mid[n].forward, ffn_records));
     t.rows[n + 1].domain = t.mid[n].domain.worst(t.rows[n + 1].domain);
   }
   t.output = t.rows[N];
@@ -58,23 +103,23 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
   }
   t.output.backward = top;
   for (std::size_t n = N; n-- > 0;) {
-    const W& w = layers[n];
-    // The backward maps from the forward passes' records (no replay); the
-    // gradients are checked outputs or the validated `top`.
-    const auto bwd = [n](SublayerRecords& records, const GradMoments<T>& g) {
-      return [&records, n, &g](const auto& sub) {
-        using Sub = std::decay_t<decltype(sub)>;
-        return detail::backward_recorded(sub, records_of<Sub>(records)[n], g);
-      };
-    };
-    t.mid[n].backward = on_sublayer<Activation>(s, w, Sublayer::ffn, bwd(ffn_records, t.rows[n + 1].backward));
-    t.rows[n].backward = on_sublayer<Activation>(s, w, Sublayer::attention, bwd(attention_records, t.mid[n].backward));
+    t.mid[n].backward = ffn_backward<Activation>(s, layers[n], ffn_records, n, t.rows[n + 1].backward);
+    t.rows[n].backward = attention_backward(s, layers[n], attention_records, n, t.mid[n].backward);
   }
   return t;
 }
 
 #ifdef SIGPROP_SEPARATE_COMPILATION
-// Compiled once per lane type and activation (src/trace_*.cpp).
+// Compiled once per lane type (src/trace_attention_*.cpp) and per lane type
+// and activation (src/trace_*.cpp).
+#define SIGPROP_TRACE_ATTENTION(extern_, T, W)                                                                 \
+  extern_ template SublayerForward<T> attention_forward<T, W>(const StackShape<T>&, const W&, const Moments<T>&, \
+                                                              SublayerRecords&);                                \
+  extern_ template GradMoments<T> attention_backward<T, W>(const StackShape<T>&, const W&, SublayerRecords&,     \
+                                                           std::size_t, const GradMoments<T>&);
+SIGPROP_TRACE_ATTENTION(extern, double, LayerWeights)
+SIGPROP_TRACE_ATTENTION(extern, BatchChunk, BatchLayerWeights<BatchChunk>)
+
 #define SIGPROP_TRACE_WITH(extern_, Activation, T, W)                                               \
   extern_ template BasicTrace<T> trace_with<Activation<T>, T, W>(const StackShape<T>&, const std::vector<W>&, \
                                                                  const Moments<T>&, const GradMoments<T>&);
