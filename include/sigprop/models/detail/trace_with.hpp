@@ -1,8 +1,9 @@
 // sigprop/models/detail/trace_with.hpp -- the trace of a stack whose
 // runtime settings have become types (models/detail/sublayers.hpp): each
 // layer's sublayers forward, their records kept (core/record.hpp), then the
-// backward pass from the records. With SIGPROP_SEPARATE_COMPILATION it is
-// compiled once per lane type and activation (src/trace_*.cpp).
+// backward pass from the records. With SIGPROP_SEPARATE_COMPILATION the
+// attention sublayer's passes are compiled once per lane type, the rest once
+// per lane type and activation (src/trace_*.cpp).
 #pragma once
 
 #include <cstddef>
