@@ -20,7 +20,9 @@
 // value average under uniform causal weights, against that of one
 // correlation for every pair (docs/decoders.md, "Decoders at depth").
 //
-//   decoder_depth [--trials N] [--seed X] [--layers 12,24,48] [--only I] [--profile 1] [--diagnose I]
+// --seq L gives every model L tokens instead of 64.
+//
+//   decoder_depth [--trials N] [--seed X] [--layers 12,24,48] [--seq L] [--only I] [--profile 1] [--diagnose I]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -43,10 +45,10 @@ struct DepthCase {
   sigprop::Scheme scheme;
 };
 
-// The models at depth N: d = 128, H = 2, L = 64 (one at L = 256), input
-// variance 1 and length correlation 0.2.
-std::vector<DepthCase> depth_models(std::size_t N) {
-  const auto make = [N](const char* arch, double dropout, double rotary, std::size_t L) {
+// The models at depth N: d = 128, H = 2, L tokens, input variance 1 and
+// length correlation 0.2.
+std::vector<DepthCase> depth_models(std::size_t N, std::size_t L) {
+  const auto make = [N, L](const char* arch, double dropout, double rotary) {
     sigprop::ModelConfig c;
     c.layers = N;
     c.d = 128;
@@ -58,14 +60,14 @@ std::vector<DepthCase> depth_models(std::size_t N) {
     return c;
   };
   using S = sigprop::Scheme;
-  const std::string n = " N=" + std::to_string(N);
+  const std::string n = " N=" + std::to_string(N) + (L == 64 ? "" : " L=" + std::to_string(L));
   return {
-      {"gpt2 xavier p=0.1" + n, make("gpt2", 0.1, 0, 64), S::xavier},
-      {"gpt2 xavier p=0 rotary" + n, make("gpt2", 0, 10000, 64), S::xavier},
-      {"gpt2 dslm p=0.1" + n, make("gpt2", 0.1, 0, 64), S::dslm},
-      {"llama xavier p=0" + n, make("llama", 0, 0, 64), S::xavier},
-      {"llama xavier p=0.1 rotary" + n, make("llama", 0.1, 10000, 64), S::xavier},
-      {"llama dslm p=0 rotary" + n, make("llama", 0, 10000, 64), S::dslm},
+      {"gpt2 xavier p=0.1" + n, make("gpt2", 0.1, 0), S::xavier},
+      {"gpt2 xavier p=0 rotary" + n, make("gpt2", 0, 10000), S::xavier},
+      {"gpt2 dslm p=0.1" + n, make("gpt2", 0.1, 0), S::dslm},
+      {"llama xavier p=0" + n, make("llama", 0, 0), S::xavier},
+      {"llama xavier p=0.1 rotary" + n, make("llama", 0.1, 10000), S::xavier},
+      {"llama dslm p=0 rotary" + n, make("llama", 0, 10000), S::dslm},
   };
 }
 
@@ -152,12 +154,14 @@ int main(int argc, char** argv) {
   std::size_t trials = 32;
   std::uint64_t seed = 5;
   std::vector<std::size_t> depths = {12, 24, 48};
+  std::size_t seq_len = 64;
   long only = -1, diagnosed = -1;
   bool profile = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--trials") trials = std::strtoul(value.c_str(), nullptr, 10);
     else if (flag == "--seed") seed = std::strtoull(value.c_str(), nullptr, 10);
+    else if (flag == "--seq") seq_len = std::strtoul(value.c_str(), nullptr, 10);
     else if (flag == "--only") only = std::strtol(value.c_str(), nullptr, 10);
     else if (flag == "--profile") profile = value == "1";
     else if (flag == "--diagnose") diagnosed = std::strtol(value.c_str(), nullptr, 10);
@@ -179,7 +183,7 @@ int main(int argc, char** argv) {
               "corr p90 fwd / grad |\n|---|---|---|---|---|---|---|---|---|\n");
   std::vector<std::string> profiles;
   for (std::size_t N : depths) {
-    const auto models = depth_models(N);
+    const auto models = depth_models(N, seq_len);
     for (std::size_t m = 0; m < models.size(); ++m) {
       if (only >= 0 && static_cast<std::size_t>(only) != m) continue;
       if (diagnosed >= 0 && static_cast<std::size_t>(diagnosed) != m) continue;
