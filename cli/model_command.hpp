@@ -197,7 +197,9 @@ inline void table_usage(std::ostream& out) {
          "Spike No More bounds on the attention and FFN Jacobian norms (Eq. 20, 15;\n"
          "docs/schemes.md). The text form ends with Admin's\n"
          "output-change estimate sum_i beta_ii^2 and the sensitivity (median over the\n"
-         "sublayers of N beta_ii^2 / (1 - beta_ii^2)).\n\n"
+         "sublayers of N beta_ii^2 / (1 - beta_ii^2)). For causal models (llama, gpt2;\n"
+         "up to --seq 4096) the gradient columns are the average over the positions of\n"
+         "each position's gradient (docs/decoders.md).\n\n"
          "  --positions LIST (causal models: llama, gpt2) instead, each listed position's\n"
          "         forward moments and gradient (up to --seq 4096), one row per layer and\n"
          "         position: whole numbers in [1, --seq] or 'last', comma separated\n"
@@ -302,12 +304,23 @@ inline int table_command(const std::vector<std::string>& words, std::ostream& ou
   const std::vector<std::size_t> positions =
       args.has("positions") ? parse_positions(args, spec.config) : std::vector<std::size_t>{};
   const ModelWeights weights = weights_of(spec);
-  const Trace t = trace(spec.config, weights, spec.grad_top);
-  warn_outside_domain(t, warn);
+  const Trace averaged = trace(spec.config, weights, spec.grad_top);
+  warn_outside_domain(averaged, warn);
   if (!positions.empty()) return positions_table(spec, weights, positions, out);
+  // Causal models: the gradient rows are the average over the positions of
+  // each position's gradient (docs/decoders.md, "Decoder stacks").
+  const bool by_position = has_position_gradients(spec.config);
+  const Trace t = by_position ? with_position_gradients(averaged, trace_position_gradients(spec.config, weights, {1},
+                                                                                            spec.grad_top))
+                              : averaged;
   const std::size_t N = spec.config.layers;
   if (spec.format == "text") {
     out << "# " << describe(spec) << "\n";
+    if (by_position)
+      out << "# grad_var, grad_corr_len: the average over the positions of each position's gradient\n";
+    else if (spec.config.causal)
+      out << "# grad_var, grad_corr_len: the sequence-averaged state, which under the mask underestimates the\n"
+             "# gradient towards the input (per-position gradients: Pre-LN models up to 4096 tokens only)\n";
     char line[160];
     std::snprintf(line, sizeof line, "%6s  %12s  %9s  %12s  %13s\n", "layer", "var", "corr_len", "grad_var",
                   "grad_corr_len");

@@ -201,6 +201,44 @@ TEST_CASE("cli: table --positions prints trace_positions and trace_position_grad
   require_usage_error({"init", "--arch", "llama", "--positions", "1"}, "--positions", "unknown", "help");
 }
 
+TEST_CASE("cli: a causal model's table and sweep give the positions' average gradient", "[cli][models]") {
+  // The gradient rows of `table` are with_position_gradients' (the average
+  // over the positions of trace_position_gradients), the text form says so,
+  // and sweep's gradient figures are those of the same rows.
+  const sigprop::ModelConfig c = small_decoder("gpt2", 2, 32);
+  const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier);
+  const sigprop::Trace t =
+      sigprop::with_position_gradients(sigprop::trace(c, w), sigprop::trace_position_gradients(c, w, {1}));
+  const Outcome csv = run({"table", "--arch", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32",
+                           "--format", "csv"});
+  REQUIRE(csv.status == 0);
+  using sigprop::cli::exact;
+  for (std::size_t n = 0; n <= 2; ++n) {
+    const auto& r = t.rows[n];
+    const std::string row = "\n" + std::to_string(n) + "," + exact(r.forward.var) + "," + exact(r.forward.corr_len) +
+                            "," + exact(r.backward.var) + "," + exact(r.backward.corr_len) + ",";
+    INFO("row " << n << ": " << row);
+    CHECK(csv.out.find(row) != std::string::npos);
+  }
+  const Outcome text = run({"table", "--arch", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32"});
+  REQUIRE(text.status == 0);
+  CHECK(text.out.find("# grad_var, grad_corr_len: the average over the positions") != std::string::npos);
+  CHECK(run({"table", "--layers", "2", "--d", "64", "--heads", "2"}).out.find("average over the positions") ==
+        std::string::npos);
+  // Beyond 4096 tokens: the sequence-averaged state, said so.
+  const Outcome long_text =
+      run({"table", "--arch", "gpt2", "--layers", "1", "--d", "64", "--heads", "2", "--seq", "5000"});
+  REQUIRE(long_text.status == 0);
+  CHECK(long_text.out.find("# grad_var, grad_corr_len: the sequence-averaged state") != std::string::npos);
+  sigprop::SweepPoint point;
+  point.config = c;
+  const sigprop::SweepSummary s = sigprop::sweep({point})[0];
+  const sigprop::SweepSummary expected = sigprop::summarize_trace(t, {});
+  CHECK(s.grad_min == Approx(expected.grad_min).epsilon(1e-12));
+  CHECK(s.grad_max == Approx(expected.grad_max).epsilon(1e-12));
+  CHECK(s.grad_max != Approx(sigprop::summarize_trace(sigprop::trace(c, w), {}).grad_max).epsilon(1e-3));
+}
+
 TEST_CASE("cli: --rotary puts rotary embeddings on every head (table, sweep)", "[cli][models]") {
   // The numbers are the library's with ModelConfig::rotary_base, and differ
   // from the model without rotation.
@@ -214,8 +252,13 @@ TEST_CASE("cli: --rotary puts rotary embeddings on every head (table, sweep)", "
   INFO(csv.err);
   REQUIRE(csv.status == 0);
   using sigprop::cli::exact;
+  // (the gradient column of a causal model: the average over the positions)
+  c.rotary_base = 10000;
+  const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier);
+  const double grad_var = sigprop::with_position_gradients(t, sigprop::trace_position_gradients(c, w, {1})).rows[3].backward.var;
+  c.rotary_base = 0;
   const std::string last_row = "3," + exact(t.rows[3].forward.var) + "," + exact(t.rows[3].forward.corr_len) + "," +
-                               exact(t.rows[3].backward.var) + ",";
+                               exact(grad_var) + ",";
   CHECK(csv.out.find("\n" + last_row) != std::string::npos);
   CHECK(t.rows[0].backward.var != plain.rows[0].backward.var);
   const Outcome text = run_cli({"table", "--arch", "llama", "--layers", "3", "--d", "64", "--heads", "2", "--rotary",

@@ -153,3 +153,58 @@ TEST_CASE("decoders: trace_position_gradients' domain", "[decoders]") {
   CHECK_THROWS_WITH(trace_position_gradients(encoder, w),
                     Catch::Contains("sigprop::trace_position_gradients: causal = false is outside the valid range {true}"));
 }
+
+TEST_CASE("decoders: the table's gradient rows are the positions' average", "[decoders]") {
+  // with_position_gradients (what `sigprop table` and sweep report for causal
+  // models): every row's gradient variance is the mean of the positions'
+  // variances, its correlation the mean covariance of two positions over it;
+  // they differ from the sequence-averaged state where the mask piles the
+  // gradient up at the first positions (docs/decoders.md).
+  ModelConfig c = with_architecture(ModelConfig{}, "gpt2");
+  c.layers = 3;
+  c.d = 128;
+  c.heads = 2;
+  c.seq_len = 24;
+  const ModelWeights w = initialize(c, Scheme::dslm);
+  REQUIRE(has_position_gradients(c));
+  const Trace averaged = trace(c, w);
+  const PositionGradientTrace all = trace_position_gradients(c, w);
+  const PositionGradientTrace one = trace_position_gradients(c, w, {5});
+  const Trace t = with_position_gradients(averaged, one);
+  const double L = double(c.seq_len);
+  for (std::size_t n = 0; n <= c.layers; ++n) {
+    double var = 0;
+    for (const GradMoments<double>& p : all.rows[n]) var += p.var / L;
+    INFO("row " << n);
+    CHECK(t.rows[n].backward.var == Approx(var).epsilon(1e-12));
+    CHECK(t.rows[n].forward.var == averaged.rows[n].forward.var);
+    CHECK(one.average[n].corr_len == all.average[n].corr_len);
+    CHECK(std::abs(t.rows[n].backward.corr_len) <= 1);
+    if (n < c.layers) {
+      double mid = 0;
+      for (const GradMoments<double>& p : all.mid[n]) mid += p.var / L;
+      CHECK(t.mid[n].backward.var == Approx(mid).epsilon(1e-12));
+    }
+  }
+  // The top row is the model's output gradient (uncorrelated) through the
+  // final norm: uncorrelated, exactly.
+  CHECK(t.rows[c.layers].backward.corr_len == 0);
+  // With an upstream correlation the pairs' mean covariance is carried: at
+  // the top, through the final norm's per-position gains sqrt(r_i r_m), the
+  // row's correlation is 0.3 (sum_{i != m} sqrt(r_i r_m)) / ((L - 1) sum r_i).
+  const PositionGradientTrace correlated = trace_position_gradients(c, w, {}, {1, 0.3});
+  double roots = 0, gains = 0;
+  for (const GradMoments<double>& p : correlated.rows[c.layers]) {
+    roots += std::sqrt(p.var);
+    gains += p.var;
+  }
+  CHECK(correlated.average[c.layers].corr_len == Approx(0.3 * (roots * roots - gains) / ((L - 1) * gains)).epsilon(1e-10));
+  // At the input the average is above the sequence-averaged state's.
+  CHECK(t.rows[0].backward.var > 1.2 * averaged.rows[0].backward.var);
+  ModelConfig encoder = c;
+  encoder.causal = false;
+  CHECK_FALSE(has_position_gradients(encoder));
+  ModelConfig long_decoder = c;
+  long_decoder.seq_len = max_pair_positions + 1;
+  CHECK_FALSE(has_position_gradients(long_decoder));
+}

@@ -30,10 +30,15 @@ struct PositionTrace {
 /// Per position of a Pre-LN decoder stack: rows[n][j] the gradient moments
 /// at position positions[j] of row n (as Trace::rows[n].backward), mid[n][j]
 /// between the sublayers of layer n + 1 (Trace::mid[n].backward); see
-/// trace_position_gradients().
+/// trace_position_gradients(). average[n] and mid_average[n] are the row's
+/// average over all L positions (whichever are listed): var the mean of the
+/// positions' variances, corr_len the mean covariance of two positions over
+/// it (what a measurement of the whole sequence gives), the other fields the
+/// sequence's.
 struct PositionGradientTrace {
   std::vector<std::size_t> positions;
   std::vector<std::vector<GradMoments<double>>> rows, mid;
+  std::vector<GradMoments<double>> average, mid_average;
 };
 
 /// Each position's forward moments through a decoder stack (config.causal):
@@ -59,6 +64,23 @@ inline constexpr std::size_t max_pair_positions = 4096;
 SIGPROP_DECL PositionGradientTrace trace_position_gradients(const ModelConfig& config, const ModelWeights& weights,
                                                             std::vector<std::size_t> positions = {},
                                                             const GradMoments<double>& grad_top = {1, 0});
+
+/// Whether trace_position_gradients applies to `config`: a causal Pre-LN
+/// model of at most max_pair_positions tokens.
+inline bool has_position_gradients(const ModelConfig& config) {
+  return config.causal && config.arch == Arch::pre_ln && config.seq_len <= max_pair_positions;
+}
+
+/// `t` (a trace() of the same model) with every row's gradient the average
+/// over the positions of `g` (PositionGradientTrace::average): under the
+/// mask the sequence-averaged state misses the gradient at the lower rows
+/// (docs/decoders.md, "Decoder stacks"); `sigprop table` and sweep() report
+/// this average for the models of has_position_gradients().
+inline Trace with_position_gradients(Trace t, const PositionGradientTrace& g) {
+  for (std::size_t n = 0; n < t.rows.size(); ++n) t.rows[n].backward = g.average[n];
+  for (std::size_t n = 0; n < t.mid.size(); ++n) t.mid[n].backward = g.mid_average[n];
+  return t;
+}
 
 }  // namespace sigprop
 

@@ -84,7 +84,10 @@ inline SweepSummary summarize_trace(const Trace& t, const SweepBounds& bounds, c
 }
 
 /// Summaries of every point, in the order given, with gradient `grad_top` at
-/// each model's output. Throws domain_error (naming the point) for an invalid
+/// each model's output. For a causal Pre-LN point (has_position_gradients,
+/// models/positions.hpp) the gradient figures are those of the average over
+/// the positions (trace_position_gradients, O(N L^2) per point), as
+/// `sigprop table` prints them. Throws domain_error (naming the point) for an invalid
 /// one. A point whose trace overflows does not stop the sweep: its summary has
 /// `overflow` set. The other points of its group are traced again without it,
 /// so a point's figures do not depend on which other points diverge.

@@ -211,6 +211,19 @@ inline std::vector<GradMoments<double>> position_grads(Eigen::MatrixXd& C, const
   return out;
 }
 
+// The average over all positions of C (a checked covariance, position_grads):
+// var the mean of the diagonal, corr_len the mean off-diagonal entry over it,
+// the other fields the sequence's (g).
+inline GradMoments<double> position_average(const Eigen::MatrixXd& C, const GradMoments<double>& g) {
+  const Eigen::Index L = C.rows();
+  double off = 0;  // the entries off the diagonal, column by column (exactly 0 for a diagonal C)
+  for (Eigen::Index m = 0; m < L; ++m) off += C.col(m).head(m).sum() + C.col(m).tail(L - m - 1).sum();
+  GradMoments<double> r = g;
+  r.var = C.trace() / double(L);
+  r.corr_len = std::clamp(math::ratio_or(off / double(L - 1), C.trace(), 0.0), -1.0, 1.0);
+  return r;
+}
+
 template <class Activation>
 PositionGradientTrace trace_position_gradients_with(const StackShape<double>& s,
                                                     const std::vector<LayerWeights>& layers, const Trace& averaged,
@@ -222,6 +235,8 @@ PositionGradientTrace trace_position_gradients_with(const StackShape<double>& s,
   out.positions = std::move(positions);
   out.rows.resize(N + 1);
   out.mid.resize(N);
+  out.average.resize(N + 1);
+  out.mid_average.resize(N);
   // The model output's gradient (uniform correlation), through the final
   // norm at each position's stream.
   const GradMoments<double>& top = averaged.output.backward;
@@ -239,6 +254,7 @@ PositionGradientTrace trace_position_gradients_with(const StackShape<double>& s,
     C = averaged.rows[N].backward.var / top.var * (root.asDiagonal() * C * root.asDiagonal());
   }
   out.rows[N] = position_grads(C, averaged.rows[N].backward, out.positions, "of row " + std::to_string(N));
+  out.average[N] = position_average(C, averaged.rows[N].backward);
   for (std::size_t n = N; n-- > 0;) {
     const LayerWeights& w = layers[n];
     const Moments<double>& x_mid = averaged.mid[n].forward;
@@ -247,12 +263,14 @@ PositionGradientTrace trace_position_gradients_with(const StackShape<double>& s,
                                    position_roots<Activation>(s, w, Sublayer::ffn, forward.mid[n], x_mid, g_ffn), C);
     out.mid[n] = position_grads(C, averaged.mid[n].backward, out.positions,
                                 "between the sublayers of layer " + std::to_string(n + 1));
+    out.mid_average[n] = position_average(C, averaged.mid[n].backward);
     const Moments<double>& x = averaged.rows[n].forward;
     const GradMoments<double>& g_attention = averaged.mid[n].backward;
     attention_pairs<Activation>(
         s, w, x, g_attention, position_roots<Activation>(s, w, Sublayer::attention, forward.rows[n], x, g_attention),
         C);
     out.rows[n] = position_grads(C, averaged.rows[n].backward, out.positions, "of row " + std::to_string(n));
+    out.average[n] = position_average(C, averaged.rows[n].backward);
   }
   return out;
 }

@@ -6,8 +6,10 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "sigprop/models/positions.hpp"
 #include "sigprop/models/sweep.hpp"
 
 namespace sigprop {
@@ -23,6 +25,14 @@ inline SweepSummary overflowed_summary(const std::string& message) {
   s.overflow = true;
   s.overflow_message = message;
   return s;
+}
+
+/// A point's trace with, for a causal Pre-LN model (has_position_gradients),
+/// every row's gradient the average over its positions (models/positions.hpp).
+inline Trace position_averaged(Trace t, const ModelConfig& config, const ModelWeights& weights,
+                               const GradMoments<double>& grad_top) {
+  if (!has_position_gradients(config)) return t;
+  return with_position_gradients(std::move(t), trace_position_gradients(config, weights, {1}, grad_top));
 }
 
 }  // namespace detail
@@ -57,7 +67,9 @@ SIGPROP_DECL std::vector<SweepSummary> sweep(const std::vector<SweepPoint>& poin
     }
     try {
       const BatchTrace batch = trace_batch(configs, weights, grad_top);
-      for (std::size_t j = 0; j < members.size(); ++j) out[members[j]] = summarize_trace(lane_of(batch, j), bounds);
+      for (std::size_t j = 0; j < members.size(); ++j)
+        out[members[j]] =
+            summarize_trace(detail::position_averaged(lane_of(batch, j), configs[j], weights[j], grad_top), bounds);
       continue;
     } catch (const overflow_error&) {  // some lane diverged: find which, point by point
     }
@@ -67,7 +79,9 @@ SIGPROP_DECL std::vector<SweepSummary> sweep(const std::vector<SweepPoint>& poin
     std::vector<SweepSummary> scalar;  // the fallback, summarized at once (a trace is N rows)
     for (std::size_t j = 0; j < members.size(); ++j) {
       try {
-        scalar.push_back(summarize_trace(trace(configs[j], weights[j], grad_top), bounds));
+        scalar.push_back(summarize_trace(
+            detail::position_averaged(trace(configs[j], weights[j], grad_top), configs[j], weights[j], grad_top),
+            bounds));
         kept_configs.push_back(configs[j]);
         kept_weights.push_back(weights[j]);
         kept.push_back(members[j]);
@@ -78,7 +92,9 @@ SIGPROP_DECL std::vector<SweepSummary> sweep(const std::vector<SweepPoint>& poin
     if (kept.empty()) continue;
     try {
       const BatchTrace batch = trace_batch(kept_configs, kept_weights, grad_top);
-      for (std::size_t j = 0; j < kept.size(); ++j) out[kept[j]] = summarize_trace(lane_of(batch, j), bounds);
+      for (std::size_t j = 0; j < kept.size(); ++j)
+        out[kept[j]] = summarize_trace(
+            detail::position_averaged(lane_of(batch, j), kept_configs[j], kept_weights[j], grad_top), bounds);
     } catch (const overflow_error&) {  // a lane at the edge of double's range: its scalar trace did not overflow
       for (std::size_t j = 0; j < kept.size(); ++j) out[kept[j]] = scalar[j];
     }

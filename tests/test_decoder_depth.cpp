@@ -1,0 +1,93 @@
+// A 12-layer decoder against the whole-model simulation: the rows `sigprop
+// table` prints for it (the forward trace, the gradient averaged over the
+// positions) and each position's variances (docs/decoders.md, "Decoders at
+// depth"). The 24- and 48-layer measurements are examples/decoder_depth.cpp's.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "support.hpp"
+#include "sigprop/montecarlo.hpp"
+
+using namespace sigprop;
+using sigprop::test::outside;
+using sigprop::test::within;
+namespace mc = sigprop::montecarlo;
+
+TEST_CASE("decoders at depth: a 12-layer gpt2 against whole-model simulation", "[decoders][montecarlo][depth]") {
+  // gpt2 (Pre-LN, causal, GeLU, final LayerNorm), Xavier, dropout 0.1,
+  // d = 128, H = 2, L = 64, input variance 1 and length correlation 0.2:
+  // the model of the report that the table's input row was 37 % low on.
+  ModelConfig c;
+  c.layers = 12;
+  c.d = 128;
+  c.heads = 2;
+  c.seq_len = 64;
+  c = with_architecture(c, "gpt2");
+  InputSpec input;
+  input.measured = Moments<double>{0, 1, 0.2, 0};
+  const ModelWeights w = initialize(c, Scheme::xavier, input);
+  mc::SimulationSetup setup;
+  setup.trials = 48;
+  setup.seed = 1212;
+  const mc::ModelSimulation s = mc::simulate_model(c, w, {1, 0}, setup);
+  const Trace averaged = trace(c, w);
+  const PositionGradientTrace g = trace_position_gradients(c, w);
+  const PositionTrace p = trace_positions(c, w);
+  const Trace t = with_position_gradients(averaged, g);
+  std::printf("12-layer gpt2, predicted - measured by row (forward var %%, corr_len, gradient var %%, grad corr; "
+              "gradient var %% of the sequence-averaged state):\n");
+  for (std::size_t n = 0; n <= c.layers; ++n) {
+    const mc::Estimate &f = s.forward[n].var, &r = s.forward[n].corr_len, &b = s.backward[n].var,
+                       &bc = s.backward[n].corr_len;
+    const TraceRow& row = t.rows[n];
+    std::printf("  %2zu  %+5.1f  %+.3f  %+5.1f  %+.3f  %+5.1f\n", n, 100 * (row.forward.var / f.value - 1),
+                row.forward.corr_len - r.value, 100 * (row.backward.var / b.value - 1), row.backward.corr_len - bc.value,
+                100 * (averaged.rows[n].backward.var / b.value - 1));
+    INFO("row " << n << ": forward " << row.forward.var << " vs " << f.value << " +- " << f.std_error << ", corr_len "
+                << row.forward.corr_len << " vs " << r.value << " +- " << r.std_error << ", gradient "
+                << row.backward.var << " (sequence state " << averaged.rows[n].backward.var << ") vs " << b.value
+                << " +- " << b.std_error << ", grad corr " << row.backward.corr_len << " vs " << bc.value << " +- "
+                << bc.std_error);
+    // Forward variance: 4 standard errors plus 4 % (measured at most +3.3 %
+    // at the top at 128 trials, docs/decoders.md).
+    CHECK(within(f, row.forward.var, 4, 0.04 * f.value));
+    // Length correlation: 4 standard errors plus 0.05: the trace's is high,
+    // increasingly with depth (+0.040 at the top at 128 trials; the pairs of
+    // positions' correlations, docs/decoders.md, "Decoders at depth").
+    CHECK(within(r, row.forward.corr_len, 4, 0.05));
+    // Gradient variance (the positions' average): 4 standard errors plus
+    // 10 % (measured -4 to -9 % at 128 trials).
+    CHECK(within(b, row.backward.var, 4, 0.10 * b.value));
+    // Its correlation: 4 standard errors plus 0.01 (measured within 0.004).
+    CHECK(within(bc, row.backward.corr_len, 4, 0.01));
+  }
+  // The sequence-averaged state, which the table printed before, misses the
+  // input row by more than 2 standard errors plus 25 % (measured -40 %).
+  CHECK(outside(s.backward[0].var, averaged.rows[0].backward.var, 2, 0.25 * s.backward[0].var.value));
+  // Each position's forward and gradient variance: 4 standard errors plus
+  // 8 % and 25 %, and the relative errors over all 13 x 64 positions (here
+  // forward p50 3.3 %, p90 5.9 %, gradient 8.2 % and 13.3 %; the gradient's
+  // standard errors are 5-10 % a position at 48 trials) held to the measured
+  // state: the depth's bias (docs/decoders.md, "Decoders at depth") keeps
+  // them above the targets p50 <= 3 %, p90 <= 8 %.
+  std::vector<double> forward_errors, gradient_errors;
+  for (std::size_t n = 0; n <= c.layers; ++n)
+    for (std::size_t i = 0; i < c.seq_len; ++i) {
+      const mc::Estimate &f = s.forward_by_position[n][i], &b = s.backward_by_position[n][i];
+      INFO("row " << n << " position " << i + 1 << ": forward " << p.rows[n][i].var << " vs " << f.value << " +- "
+                  << f.std_error << ", gradient " << g.rows[n][i].var << " vs " << b.value << " +- " << b.std_error);
+      CHECK(within(f, p.rows[n][i].var, 4, 0.08 * f.value));
+      CHECK(within(b, g.rows[n][i].var, 4, 0.25 * b.value));
+      forward_errors.push_back(std::abs(p.rows[n][i].var / f.value - 1));
+      gradient_errors.push_back(std::abs(g.rows[n][i].var / b.value - 1));
+    }
+  const auto fp = mc::percentiles_of(forward_errors), gp = mc::percentiles_of(gradient_errors);
+  std::printf("per position: forward p50 %.1f %%, p90 %.1f %%; gradient p50 %.1f %%, p90 %.1f %%\n", 100 * fp.p50,
+              100 * fp.p90, 100 * gp.p50, 100 * gp.p90);
+  CHECK(fp.p50 <= 0.05);
+  CHECK(fp.p90 <= 0.09);
+  CHECK(gp.p50 <= 0.12);
+  CHECK(gp.p90 <= 0.20);
+}
