@@ -18,8 +18,8 @@ TEST_CASE("post-ln: gradient length correlation at every layer against simulatio
           "[models][post-ln][montecarlo]") {
   // Xavier GeLU, d = 64, 2 heads, L = 32, 8 layers, no dropout, input length
   // correlation 0.2: the same pattern as d = 128, 12 layers at a tenth of the
-  // cost. Without the cross term along length the prediction was up to 0.04
-  // high in the middle layers (7 standard errors at 256 trials).
+  // cost. Without the cross term along length the prediction was up to 0.042
+  // high in the middle layers (6.5 standard errors at 256 trials).
   sigprop::ModelConfig c;
   c.arch = sigprop::Arch::post_ln;
   c.layers = 8;
@@ -35,7 +35,7 @@ TEST_CASE("post-ln: gradient length correlation at every layer against simulatio
   const mc::ModelCaseResult r = mc::run_case(k, setup);
   // Within 4 standard errors plus 0.01, the accuracy the closed forms are
   // held to. The model's input gradient (n = 0) is left out: the first
-  // layer's attention backward gives its own correlation 0.02-0.03 low
+  // layer's attention backward gives its own correlation 0.01-0.02 low
   // there (docs/validation.md, "Gradient length correlation in Post-LN").
   std::printf("n   grad corr_len predicted / measured +- se (between the sublayers of layer n + 1)\n");
   for (std::size_t n = 0; n <= c.layers; ++n) {
