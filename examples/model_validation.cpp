@@ -11,7 +11,8 @@
 // --set decoders montecarlo::decoder_models() (docs/decoders.md; no
 // weight-gradient norms there). --detail I prints, for model I of the set
 // (0-based) only, every layer's predicted and measured forward and gradient
-// variance, length correlation and norm_var_ratio with the simulation's
+// variance, length correlation of the activations and of the gradient (also
+// between the sublayers) and norm_var_ratio with the simulation's
 // standard error, the hidden spread (core/hidden_spread.hpp; measured by
 // montecarlo::VectorMomentAccumulator::hidden_spread) and the attention
 // branch's output length correlation; for a causal model (--set decoders)
@@ -84,9 +85,10 @@ int main(int argc, char** argv) {
     };
     const auto attention_branch = [&](std::size_t n) { return branch_output(n, Sublayer::attention); };
     std::printf("%s: predicted / measured +- standard error (relative error %%)\n\n", k.label);
-    std::printf("| n | forward var | gradient var | corr_len | norm_var_ratio | norm_var_ratio after the attention "
-                "sublayer | hidden spread | attention branch corr_len of layer n + 1 |\n");
-    std::printf("|---|---|---|---|---|---|---|---|\n");
+    std::printf("| n | forward var | gradient var | corr_len | gradient corr_len | gradient corr_len after the attention "
+                "sublayer | norm_var_ratio | norm_var_ratio after the attention sublayer | hidden spread | attention "
+                "branch corr_len of layer n + 1 |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (std::size_t n = 0; n < r.measured.backward.size(); ++n) {
       const auto& f = r.measured.forward[n].var;
       const auto& b = r.measured.backward[n].var;
@@ -94,11 +96,20 @@ int main(int argc, char** argv) {
       const auto& nu = r.measured.norm_var[n];
       const auto& spread = r.measured.hidden_spread[n];
       const double spread_predicted = sigprop::hidden_spread_of(r.predicted.rows[n].forward);
+      const auto& gc = r.measured.backward[n].corr_len;
       const double pf = r.predicted.rows[n].forward.var, pb = r.predicted.rows[n].backward.var;
-      std::printf("| %zu | %.4g / %.4g +- %.2g (%+.2f) | %.4g / %.4g +- %.2g (%+.2f) | %.4f / %.4f +- %.2g | %.3f / %.3f +- %.2g |",
+      std::printf("| %zu | %.4g / %.4g +- %.2g (%+.2f) | %.4g / %.4g +- %.2g (%+.2f) | %.4f / %.4f +- %.2g | %.4f / %.4f +- %.2g |",
                   n, pf, f.value, f.std_error, 100 * (pf - f.value) / f.value, pb, b.value, b.std_error,
                   100 * (pb - b.value) / b.value, r.predicted.rows[n].forward.corr_len, c.value, c.std_error,
-                  static_cast<double>(sigprop::norm_var_ratio_of(r.predicted.rows[n].forward)), nu.value, nu.std_error);
+                  r.predicted.rows[n].backward.corr_len, gc.value, gc.std_error);
+      if (n < r.measured.backward_mid.size()) {
+        const auto& gm = r.measured.backward_mid[n].corr_len;
+        std::printf(" %.4f / %.4f +- %.2g |", r.predicted.mid[n].backward.corr_len, gm.value, gm.std_error);
+      } else {
+        std::printf(" |");
+      }
+      std::printf(" %.3f / %.3f +- %.2g |", static_cast<double>(sigprop::norm_var_ratio_of(r.predicted.rows[n].forward)),
+                  nu.value, nu.std_error);
       if (n < r.measured.norm_var_mid.size()) {
         const auto& m = r.measured.norm_var_mid[n];
         const auto& branch = r.measured.branch_attn[n].corr_len;

@@ -33,6 +33,7 @@ class Gated : public Component<Gated<T, Gate, Value>, T> {
  public:
   static constexpr const char* name = "sigprop::Gated";
   static constexpr bool exact_forms = Gate::exact_forms && Value::exact_forms;
+  static constexpr bool mixes_positions = Gate::mixes_positions || Value::mixes_positions;
 
   Gated(Gate gate, Value value) : gate_(std::move(gate)), value_(std::move(value)) {}
 

@@ -32,6 +32,7 @@ class MultiHead : public Component<MultiHead<T, Head>, T> {
   static constexpr const char* name = "sigprop::MultiHead";
   static constexpr bool exact_forms = Head::exact_forms;
   static constexpr int homogeneity = Head::homogeneity;
+  static constexpr bool mixes_positions = Head::mixes_positions;
 
   MultiHead(Head head, T heads) : head_(std::move(head)), heads_(heads) {
     require_width(name, "heads", heads_);

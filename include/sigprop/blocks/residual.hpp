@@ -7,7 +7,9 @@
 //   Var[y]   = lambda^2 Var[x] + beta^2 Var[f],
 //   Cov_l[y] = lambda^2 Cov_l[x] + beta^2 Cov_l[f]   (r_y: variance-weighted average),
 // and likewise along the hidden axis. Backward: dx = lambda g + beta J_f^T g,
-// again two uncorrelated terms, so gradient variances and covariances add.
+// two terms whose variances and length covariances add, plus their cross
+// term through the branch's weights where g lacks its part along the sum
+// (skip_branch_cross: at one position and across two).
 // The whole-vector moments (core/moments.hpp) of the sum and of its input
 // gradient are energy-weighted mixtures, derived at combine() and
 // backward_impl().
@@ -70,6 +72,7 @@ class Residual : public Component<Residual<T, Branch>, T> {
   static constexpr const char* name = "sigprop::Residual";
   static constexpr bool exact_forms = Branch::exact_forms;
   static constexpr int homogeneity = Branch::homogeneity == 1 ? 1 : -1;
+  static constexpr bool mixes_positions = Branch::mixes_positions;
   static constexpr bool sets_norm_coupling = true;
 
   /// `skip_scale` is lambda and `branch_scale` is beta (both 1 for a plain residual).
@@ -173,11 +176,14 @@ class Residual : public Component<Residual<T, Branch>, T> {
     const GradMoments<T> through = detail::backward_recorded(branch_, r.branch, to_branch);
     const T skip_part = skip2 * g.var, branch_part = branch2 * through.var;
     GradMoments<T> out;
-    out.var = skip_part + branch_part + skip_branch_cross(g.var, along_sum, math::ratio_or(b, a + b, 0));
+    const auto [cross_var, cross_cov] =
+        skip_branch_cross(g, along_sum, math::ratio_or(b, a + b, 0), through.corr_len);
+    out.var = skip_part + branch_part + cross_var;
     // The log-energy of the sum of the two terms: their energy-weighted mean.
     out.norm_coupling =
         math::ratio_or(skip_part * coupling_in + branch_part * norm_coupling_of(through), skip_part + branch_part, 0);
-    out.corr_len = math::ratio_or(skip_part * g.corr_len + branch_part * through.corr_len, out.var, 0);
+    out.corr_len =
+        math::ratio_or(skip_part * g.corr_len + branch_part * through.corr_len + cross_cov, out.var, 0);
     out.align_mean =
         math::ratio_or(skip_part * align_mean_of(g) + branch_part * align_mean_of(through), out.var, 1);
     // x . g_x = lambda x . g_s + beta x . J_f^T g_s, and by Euler's theorem
@@ -202,22 +208,34 @@ class Residual : public Component<Residual<T, Branch>, T> {
   }
 
  private:
-  // 2 lambda beta E[g_s . J_f^T g_s]/d, the covariance of the skip and branch
-  // terms of the input gradient through the branch's weights. The part of
-  // g_s missing along the sum's direction (1 - a_s of isotropic) meets
-  // E[s^ . J_f s^] = (lambda/beta) c_f (Euler's J_f x = f for a branch of
-  // degree 1, taken as such unless the branch is of degree 0, where J_f x = 0
-  // and the term is O(1/d^2)), so
+  // 2 lambda beta E[g_s,i . (J_f^T g_s)_k]/d, the covariance of the skip
+  // and branch terms of the input gradient through the branch's weights, at
+  // one position (i = k: to the variance) and across two (to the length
+  // covariance). The part of g_s missing along the sum's direction (1 - a_s
+  // of isotropic) meets E[s^ . J_f s^] = (lambda/beta) c_f (Euler's
+  // J_f x = f for a branch of degree 1, taken as such unless the branch is
+  // of degree 0, where J_f x = 0 and the term is O(1/d^2)), so
   //   cross = -2 lambda^2 (1 - a_s) c_f Var[g_s] / d,
   // c_f the branch's share of the sum's energy: -0.8 % of Var[g_x] at
   // lambda = beta = 1, d = 64 after a LayerNorm (tests/test_vector_moments.cpp).
-  T skip_branch_cross(const T& grad_var, const T& along_sum, const T& branch_share) const {
+  // A position-wise branch meets g_s,i through its own Jacobian at i:
+  // `cross` at one position, and across two the share of it carried by the
+  // branch gradient's length correlation r_f, `r_f cross`. Attention's
+  // Jacobian spreads position m's gradient over every position k with the
+  // weights P_mk, so the term collects sum_m P_mk Corr[g_s,m, g_s,i] =
+  // 1/L + (1 - 1/L) r_s of `cross`, the same at one position and across two
+  // (r_s the length correlation of g_s; the 1/L is dropped).
+  // docs/components/layernorm.md, "Skip-branch cross term along length".
+  std::pair<T, T> skip_branch_cross(const GradMoments<T>& g, const T& along_sum, const T& branch_share,
+                                    const T& branch_corr) const {
     if constexpr (Branch::homogeneity == 0) {
-      return 0 * grad_var;
+      return {0 * g.var, 0 * g.var};
     } else {
       const std::optional<T> width = detail::output_width<T>(branch_);
-      if (!width) return 0 * grad_var;
-      return -2 * skip_scale_ * skip_scale_ * (1 - along_sum) * branch_share * grad_var / *width;
+      if (!width) return {0 * g.var, 0 * g.var};
+      const T cross = -2 * skip_scale_ * skip_scale_ * (1 - along_sum) * branch_share * g.var / *width;
+      if constexpr (Branch::mixes_positions) return {T(cross * g.corr_len), T(cross * g.corr_len)};
+      else return {cross, T(cross * branch_corr)};
     }
   }
 

@@ -104,6 +104,7 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
  public:
   static constexpr const char* name = Mask::name;
   static constexpr bool exact_forms = false;
+  static constexpr bool mixes_positions = true;
 
   /// Widths d_in, d_k, sequence length seq_len (>= 2), the per-entry
   /// variances of Wq, Wk, Wv, the dropout probability p on the attention

@@ -96,6 +96,11 @@ class Component {
   /// Whether the map acts entry by entry (its output has the input's width).
   static constexpr bool elementwise = false;
 
+  /// Whether an output position depends on other input positions
+  /// (attention); otherwise each position is mapped on its own. A residual
+  /// sum reads it for the skip-branch cross term of its input gradient.
+  static constexpr bool mixes_positions = false;
+
   /// Whether forward_impl returns a part's checked output and backward_impl
   /// a part's finished gradient unchanged (Serial: its last part's output,
   /// its first part's gradient), so the checks and defaults, which are

@@ -25,6 +25,7 @@ class Serial : public Component<Serial<T, Parts...>, T> {
   static constexpr const char* name = "sigprop::Serial";
   static constexpr std::size_t size = sizeof...(Parts);
   static constexpr bool exact_forms = (Parts::exact_forms && ...);
+  static constexpr bool mixes_positions = (Parts::mixes_positions || ...);
   static constexpr bool sets_norm_coupling = true;  // each part's backward carries it
   static constexpr bool results_from_parts = true;  // the last part's output, the first part's gradient
   /// Degrees multiply along the chain; once a part of degree 0 has seen a
