@@ -78,6 +78,11 @@ TEST_CASE("biases: attention heads with query, key and value biases against simu
     const auto sim = mc::simulate(head, in, g, setup);
     const auto out = head.forward(in);
     const auto back = head.backward(in, g);
+    std::printf("q_bias %g k_bias %g v_bias %g p %g: var %.4f sim %.4f +- %.4f, corr %.4f sim %.4f +- %.4f, grad %.4f "
+                "sim %.4f +- %.4f, grad corr %.4f sim %.4f +- %.4f\n",
+                c.q, c.k, c.v, c.p, out.var, sim.forward.var.value, sim.forward.var.std_error, out.corr_len,
+                sim.forward.corr_len.value, sim.forward.corr_len.std_error, back.var, sim.backward.var.value,
+                sim.backward.var.std_error, back.corr_len, sim.backward.corr_len.value, sim.backward.corr_len.std_error);
     INFO("q_bias " << c.q << " k_bias " << c.k << " v_bias " << c.v << " p " << c.p << ": var " << out.var << " vs "
                    << sim.forward.var.value << ", corr " << out.corr_len << " vs " << sim.forward.corr_len.value
                    << ", grad " << back.var << " vs " << sim.backward.var.value << ", grad corr " << back.corr_len
@@ -255,6 +260,32 @@ TEST_CASE("biases: bad values are domain errors", "[biases][errors]") {
   o.v_bias = -2;
   CHECK_THROWS_WITH(sigprop::initialize(c, sigprop::Scheme::xavier, {}, {}, o), Catch::Contains("overrides.v_bias = -2"));
   CHECK_THROWS_WITH(Attention<double>(8, 4, 4, 1, 1, 1).with_biases(0, -1, 0), Catch::Contains("k_bias = -1"));
+}
+
+// Larger query biases and inputs without a shared part: where the query
+// bias's forms drift (docs/components/attention.md, "Biases").
+TEST_CASE("biases: larger query biases (measurement)", "[.measure][biases][attention][montecarlo]") {
+  const double d = 64, dk = 16, L = 64;
+  const GradMoments<double> g{1, 0.2};
+  for (const double r : {0.3, 0.0})
+    for (const double qb : {1.0, 2.0, 4.0}) {
+      const Moments<double> in{0, 1, r, 0};
+      const Attention<double> head = Attention<double>(d, dk, L, 1 / d, 1 / d, 1 / d).with_biases(qb, 0, 0);
+      const Attention<double> plain(d, dk, L, (1 + qb) / d, 1 / d, 1 / d);  // the same score variance, no bias
+      for (const Attention<double>* h : {&head, &plain}) {
+        mc::SimulationSetup setup;
+        setup.trials = 300;
+        setup.seed = 9;
+        const auto sim = mc::simulate(*h, in, g, setup);
+        const auto out = h->forward(in);
+        const auto back = h->backward(in, g);
+        std::printf("r %.1f %s %g: score var %.2f  var %.4f sim %.4f +- %.4f  corr %.4f sim %.4f +- %.4f  grad %.4f sim "
+                    "%.4f +- %.4f\n",
+                    r, h == &head ? "q_bias" : "no bias, q_var d =", h == &head ? qb : 1 + qb, h->terms(in).score_var,
+                    out.var, sim.forward.var.value, sim.forward.var.std_error, out.corr_len, sim.forward.corr_len.value,
+                    sim.forward.corr_len.std_error, back.var, sim.backward.var.value, sim.backward.var.std_error);
+      }
+    }
 }
 
 // Gaussian against uniform weights of the same variances (torch-default at
