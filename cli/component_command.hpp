@@ -42,12 +42,12 @@ struct ComponentEntry {
 
 inline const std::vector<ComponentEntry>& component_table() {
   static const std::vector<ComponentEntry> table = {
-      {"linear", {"d-in", "d-out", "weight-var"},
-       "--d-in N (512) --d-out N (512) --weight-var V (1/d-in)",
+      {"linear", {"d-in", "d-out", "weight-var", "bias-var"},
+       "--d-in N (512) --d-out N (512) --weight-var V (1/d-in) --bias-var B (0)",
        [](const Args& a, const Moments<double>& in, const GradMoments<double>& g) {
          const double d_in = a.count("d-in", 512);
          return evaluate(Linear<double>(d_in, a.count("d-out", 512),
-                                        a.number("weight-var", 1 / d_in)),
+                                        a.number("weight-var", 1 / d_in), a.number("bias-var", 0)),
                          in, g);
        }},
       {"dropout", {"p"}, "--p P (0.1)",
@@ -62,9 +62,9 @@ inline const std::vector<ComponentEntry>& component_table() {
        [](const Args&, const Moments<double>& in, const GradMoments<double>& g) {
          return evaluate(Gelu<double>(), in, g);
        }},
-      {"layernorm", {"d"}, "--d D (768, >= 4)",
+      {"layernorm", {"d", "gain", "bias"}, "--d D (768, >= 4) --gain G (1) --bias B (0)",
        [](const Args& a, const Moments<double>& in, const GradMoments<double>& g) {
-         return evaluate(LayerNorm<double>(a.count("d", 768)), in, g);
+         return evaluate(LayerNorm<double>(a.count("d", 768), a.number("gain", 1), a.number("bias", 0)), in, g);
        }},
       {"softmax", {"n", "form"},
        "--n N (256, entries along the normalized axis; their correlation is --corr-dim)\n"

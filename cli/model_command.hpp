@@ -64,7 +64,8 @@ inline const std::set<std::string>& model_flags() {
       "arch", "scheme", "layers", "d", "heads", "ffn-mult", "activation", "seq", "dropout",
       "vocab", "tables", "input-var", "input-corr-len", "beta2-k", "beta2-alpha", "grad-var",
       "grad-corr-len", "format", "final-ln", "embedding-var", "q-var", "k-var", "v-var",
-      "o-var", "ffn1-var", "ffn2-var", "rotary"};
+      "o-var", "ffn1-var", "ffn2-var", "rotary", "bias-var", "q-bias-var", "k-bias-var", "v-bias-var",
+      "o-bias-var", "ffn1-bias-var", "ffn2-bias-var", "ln-gain", "ln-bias"};
   return flags;
 }
 
@@ -88,6 +89,10 @@ inline void model_flags_usage(std::ostream& out) {
          "explicitly, applied to any scheme):  --beta2-k K (2)  --beta2-alpha A (1)\n"
          "per-entry weight variances replacing the scheme's (all layers):\n"
          "  --embedding-var --q-var --k-var --v-var --o-var --ffn1-var --ffn2-var\n"
+         "per-entry bias variances (drawn once, shared by all positions; 0 by default,\n"
+         "torch-default: W1, W2 as their weights):  --bias-var (all)  --q-bias-var\n"
+         "  --k-bias-var --v-bias-var --o-bias-var --ffn1-bias-var --ffn2-bias-var\n"
+         "norms at initialization:  --ln-gain G (1; LayerNorm and RMSNorm)  --ln-bias B (0; LayerNorm)\n"
          "gradient at the model output:  --grad-var G (1)  --grad-corr-len R (0)\n";
 }
 
@@ -123,6 +128,12 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
                       std::to_string(c.d));
   c.rotary_base = parse_rotary(a, static_cast<double>(c.d / c.heads));
   c.final_layernorm = c.final_layernorm || a.has("final-ln");
+  c.ln_gain = a.number("ln-gain", 1);
+  c.ln_bias = a.number("ln-bias", 0);
+  require_positive(fn, "--ln-gain", c.ln_gain);
+  require_finite(fn, "--ln-bias", c.ln_bias);
+  if (c.ln_bias != 0 && c.norm == Norm::rmsnorm)
+    throw usage_error("--ln-bias applies to LayerNorm only (RMSNorm has no bias)");
   if (c.final_layernorm && c.arch != Arch::pre_ln)
     throw usage_error("--final-ln applies to --arch pre-ln only");
 
@@ -163,6 +174,13 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   override_of("o-var", s.overrides.o);
   override_of("ffn1-var", s.overrides.ffn1);
   override_of("ffn2-var", s.overrides.ffn2);
+  override_of("bias-var", s.overrides.bias);
+  override_of("q-bias-var", s.overrides.q_bias);
+  override_of("k-bias-var", s.overrides.k_bias);
+  override_of("v-bias-var", s.overrides.v_bias);
+  override_of("o-bias-var", s.overrides.o_bias);
+  override_of("ffn1-bias-var", s.overrides.ffn1_bias);
+  override_of("ffn2-bias-var", s.overrides.ffn2_bias);
   s.grad_top = {a.number("grad-var", 1), a.number("grad-corr-len", 0)};
   require_positive(fn, "--grad-var", s.grad_top.var);
   require_correlation(fn, "--grad-corr-len", s.grad_top.corr_len);
@@ -182,6 +200,7 @@ inline std::string describe(const ModelSpec& s) {
     << to_string(c.activation) << ", L = " << c.seq_len
     << ", p = " << c.dropout;
   if (c.rotary_base != 0) o << ", rotary base " << c.rotary_base;
+  if (c.ln_gain != 1 || c.ln_bias != 0) o << ", norm gain " << c.ln_gain << " bias " << c.ln_bias;
   return o.str();
 }
 
@@ -291,7 +310,8 @@ inline void init_usage(std::ostream& out) {
          "and the residual scales of each sublayer, x <- lambda x + beta f(x), as rows\n"
          "attn_skip, attn_branch, ffn_skip, ffn_branch (lambda and beta themselves). Row 0\n"
          "has the embedding tables' std, embedding_scale (the multiplier on their sum) and\n"
-         "embedding_ln (1 with a LayerNorm on the embedding).\n\n";
+         "embedding_ln (1 with a LayerNorm on the embedding). Layers with biases add rows\n"
+         "q_bias, k_bias, v_bias, o_bias, ffn1_bias, ffn2_bias (the std of each entry).\n\n";
   model_flags_usage(out);
 }
 
@@ -410,6 +430,15 @@ inline int init_command(const std::vector<std::string>& words, std::ostream& out
                                     {"ffn1", l.ffn1}, {"ffn2", l.ffn2}})
       rows.push_back({n + 1, name, std::sqrt(var)});
     if (spec.config.gated_ffn) rows.push_back({n + 1, "ffn_gate", std::sqrt(l.ffn_gate)});
+    // Bias rows only where the layer has a bias (the std of each entry).
+    const double gate_bias = spec.config.gated_ffn ? l.ffn_gate_bias : 0;
+    if (l.q_bias + l.k_bias + l.v_bias + l.o_bias + l.ffn1_bias + l.ffn2_bias + gate_bias > 0) {
+      for (const auto& [name, var] : {std::pair<const char*, double>{"q_bias", l.q_bias}, {"k_bias", l.k_bias},
+                                      {"v_bias", l.v_bias}, {"o_bias", l.o_bias}, {"ffn1_bias", l.ffn1_bias},
+                                      {"ffn2_bias", l.ffn2_bias}})
+        rows.push_back({n + 1, name, std::sqrt(var)});
+      if (spec.config.gated_ffn) rows.push_back({n + 1, "ffn_gate_bias", std::sqrt(l.ffn_gate_bias)});
+    }
     for (const auto& [name, scale] : {std::pair<const char*, double>{"attn_skip", l.attn_skip},
                                       {"attn_branch", l.attn_branch}, {"ffn_skip", l.ffn_skip},
                                       {"ffn_branch", l.ffn_branch}})

@@ -38,7 +38,8 @@ inline void sweep_usage(std::ostream& out) {
          "                       (dslm schemes always; other schemes only when given)\n"
          "fixed for the whole grid:\n"
          "  --head-dim K (64, heads = d/K)  --ffn-mult M (4)  --activation relu|gelu|silu (relu)\n"
-         "  --seq L (256)  --bounds LO,HI (0.5,2)  --rotary BASE (0: none; as in sigprop table)\n";
+         "  --seq L (256)  --bounds LO,HI (0.5,2)  --rotary BASE (0: none; as in sigprop table)\n"
+         "  --bias-var V (every bias; 0)  --ln-gain G (1)  --ln-bias B (0)   as in sigprop table\n";
 }
 
 namespace detail {
@@ -95,7 +96,7 @@ inline std::vector<std::string> word_list(const Args& a, const std::string& flag
 
 inline int sweep_command(const std::vector<std::string>& words, std::ostream& out, std::ostream&) {
   const Args a(words, {"arch", "scheme", "layers", "d", "dropout", "beta2-k", "beta2-alpha", "head-dim", "ffn-mult",
-                       "activation", "seq", "bounds", "format", "rotary"});
+                       "activation", "seq", "bounds", "format", "rotary", "bias-var", "ln-gain", "ln-bias"});
   if (!a.positional().empty()) throw usage_error("sweep: unexpected argument '" + a.positional()[0] + "'");
   std::vector<std::string> scheme_options;
   for (const SchemeInfo& i : sigprop::schemes()) scheme_options.push_back(i.name);
@@ -123,6 +124,12 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
   const std::string format = a.choice("format", {"csv", "json"}, "csv");
   for (double p : dropouts) require_probability("sigprop", "--dropout", p);
   for (double k : ks) require_positive("sigprop", "--beta2-k", k);
+  WeightOverrides overrides;
+  if (a.has("bias-var")) overrides.bias = a.number("bias-var", 0);
+  if (overrides.bias) require_variance("sigprop", "--bias-var", *overrides.bias);
+  const double ln_gain = a.number("ln-gain", 1), ln_bias = a.number("ln-bias", 0);
+  require_positive("sigprop", "--ln-gain", ln_gain);
+  require_finite("sigprop", "--ln-bias", ln_bias);
 
   std::vector<SweepPoint> points;
   for (const auto& arch : archs)
@@ -150,6 +157,11 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
                 if (a.has("activation") || (arch != "llama" && arch != "gpt2")) c.activation = activation_of(activation);
                 if (a.has("dropout") || arch != "llama") c.dropout = p;
                 pt.scaling = {k, alpha, scaling_given};
+                pt.overrides = overrides;
+                c.ln_gain = ln_gain;
+                if (ln_bias != 0 && c.norm == Norm::rmsnorm)
+                  throw usage_error("--ln-bias applies to LayerNorm only (RMSNorm has no bias)");
+                c.ln_bias = ln_bias;
                 require_beta2(pt.scaling, pt.scheme, n);
                 points.push_back(pt);
               }

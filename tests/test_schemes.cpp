@@ -101,7 +101,8 @@ TEST_CASE("schemes: names, native architectures and parsing", "[schemes]") {
     CHECK(scheme_from_string(i.name) == i.scheme);
     CHECK(std::string(to_string(i.scheme)) == i.name);
   }
-  CHECK(schemes().size() == 16);
+  CHECK(schemes().size() == 17);
+  CHECK(native_arch(Scheme::torch_default) == Arch::post_ln);
   CHECK(native_arch(Scheme::admin) == Arch::post_ln);
   CHECK(native_arch(Scheme::t_fixup) == Arch::no_ln);
   CHECK(native_arch(Scheme::embed_ln) == Arch::pre_ln);

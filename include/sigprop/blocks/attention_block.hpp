@@ -6,7 +6,8 @@
 // Reference: Kedia et al. (ICML 2024), appendix C.1. Built by composition:
 //   serial(multi_head(Attention(d, d/H, L, q, k, v, p), H), Linear(d, d, o), Dropout(p)),
 // and the decoder's block with CausalAttention in place of Attention; either
-// with rotary position embeddings on every head (components/detail/rotary.hpp).
+// with rotary position embeddings on every head (components/detail/rotary.hpp)
+// and with biases on Q, K, V (the heads' with_biases) and O (Linear).
 #pragma once
 
 #include "sigprop/blocks/multi_head.hpp"
@@ -27,29 +28,52 @@ struct AttentionWeights {
 template <class T>
 using AttentionBlock = Serial<T, MultiHead<T, Attention<T>>, Linear<T>, Dropout<T>>;
 
-/// The attention block for width d, H heads, sequence length L, dropout p.
+/// The attention block for width d, H heads, sequence length L, dropout p,
+/// with biases on Q, K, V and O of per-entry variances `bias`.
+template <class T>
+AttentionBlock<T> attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
+                                  AttentionGradient gradient, RotaryEmbedding rotary, const AttentionWeights<T>& bias) {
+  require_width("sigprop::attention_block", "heads", heads);
+  require_width("sigprop::attention_block", "d / heads", T(d / heads));
+  return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient, rotary)
+                               .with_biases(bias.q, bias.k, bias.v), heads),
+                Linear<T>(d, d, w.o, bias.o), Dropout<T>(p));
+}
+
+/// The same without biases.
 template <class T>
 AttentionBlock<T> attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
                                   AttentionGradient gradient = AttentionGradient::all_paths,
                                   RotaryEmbedding rotary = {}) {
   require_width("sigprop::attention_block", "heads", heads);
   require_width("sigprop::attention_block", "d / heads", T(d / heads));
-  return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient, rotary), heads),
-                Linear<T>(d, d, w.o), Dropout<T>(p));
+  return attention_block<T>(d, heads, seq_len, w, p, gradient, rotary, {0 * w.q, 0 * w.q, 0 * w.q, 0 * w.q});
 }
 
 template <class T>
 using CausalAttentionBlock = Serial<T, MultiHead<T, CausalAttention<T>>, Linear<T>, Dropout<T>>;
 
-/// The causal (decoder) attention block: every head masked to keys 1..i.
+/// The causal (decoder) attention block: every head masked to keys 1..i;
+/// with biases on Q, K, V and O of per-entry variances `bias`.
+template <class T>
+CausalAttentionBlock<T> causal_attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
+                                              AttentionGradient gradient, RotaryEmbedding rotary,
+                                              const AttentionWeights<T>& bias) {
+  require_width("sigprop::causal_attention_block", "heads", heads);
+  require_width("sigprop::causal_attention_block", "d / heads", T(d / heads));
+  return serial(multi_head(CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient, rotary)
+                               .with_biases(bias.q, bias.k, bias.v), heads),
+                Linear<T>(d, d, w.o, bias.o), Dropout<T>(p));
+}
+
+/// The same without biases.
 template <class T>
 CausalAttentionBlock<T> causal_attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
                                               AttentionGradient gradient = AttentionGradient::all_paths,
                                               RotaryEmbedding rotary = {}) {
   require_width("sigprop::causal_attention_block", "heads", heads);
   require_width("sigprop::causal_attention_block", "d / heads", T(d / heads));
-  return serial(multi_head(CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient, rotary), heads),
-                Linear<T>(d, d, w.o), Dropout<T>(p));
+  return causal_attention_block<T>(d, heads, seq_len, w, p, gradient, rotary, {0 * w.q, 0 * w.q, 0 * w.q, 0 * w.q});
 }
 
 }  // namespace sigprop

@@ -23,12 +23,19 @@ namespace sigprop {
 template <class T, class Activation>
 using FfnBlock = Serial<T, Linear<T>, Activation, Linear<T>, Dropout<T>>;
 
-/// FFN block of width d with hidden width m d; `Activation` is Relu<T> or Gelu<T>.
+/// FFN block of width d with hidden width m d; `Activation` is Relu<T> or
+/// Gelu<T>; b1, b2 the per-entry variances of the two maps' biases.
+template <class Activation, class T>
+FfnBlock<T, Activation> ffn_block(T d, T ffn_mult, T w1, T w2, T p, T b1, T b2) {
+  require_width("sigprop::ffn_block", "ffn_mult", ffn_mult);
+  return serial(Linear<T>(d, ffn_mult * d, w1, b1), Activation(), Linear<T>(ffn_mult * d, d, w2, b2),
+                Dropout<T>(p));
+}
+
+/// The same without biases.
 template <class Activation, class T>
 FfnBlock<T, Activation> ffn_block(T d, T ffn_mult, T w1, T w2, T p) {
-  require_width("sigprop::ffn_block", "ffn_mult", ffn_mult);
-  return serial(Linear<T>(d, ffn_mult * d, w1), Activation(), Linear<T>(ffn_mult * d, d, w2),
-                Dropout<T>(p));
+  return ffn_block<Activation>(d, ffn_mult, w1, w2, p, T(0 * w1), T(0 * w1));
 }
 
 template <class T, class Activation>
@@ -37,12 +44,18 @@ using GluFfnBlock =
 
 /// Gated FFN block of width d and hidden width `hidden`: W2 (Activation(x W1) * (x V)),
 /// then dropout. Activation Silu<T> gives SwiGLU, Gelu<T> GeGLU, Relu<T> ReGLU.
-/// w1, wv, w2 are the per-entry variances of W1, V, W2.
+/// w1, wv, w2 are the per-entry variances of W1, V, W2; b1, bv, b2 of their biases.
+template <class Activation, class T>
+GluFfnBlock<T, Activation> glu_ffn_block(T d, T hidden, T w1, T wv, T w2, T p, T b1, T bv, T b2) {
+  require_width("sigprop::glu_ffn_block", "hidden", hidden);
+  return serial(gated(serial(Linear<T>(d, hidden, w1, b1), Activation()), Linear<T>(d, hidden, wv, bv)),
+                Linear<T>(hidden, d, w2, b2), Dropout<T>(p));
+}
+
+/// The same without biases.
 template <class Activation, class T>
 GluFfnBlock<T, Activation> glu_ffn_block(T d, T hidden, T w1, T wv, T w2, T p) {
-  require_width("sigprop::glu_ffn_block", "hidden", hidden);
-  return serial(gated(serial(Linear<T>(d, hidden, w1), Activation()), Linear<T>(d, hidden, wv)),
-                Linear<T>(hidden, d, w2), Dropout<T>(p));
+  return glu_ffn_block<Activation>(d, hidden, w1, wv, w2, p, T(0 * w1), T(0 * w1), T(0 * w1));
 }
 
 }  // namespace sigprop

@@ -30,6 +30,10 @@
 //   Cov_len = common - shift n^2 + rho gamma^2 n^2 + F_cov (pos_var + rho gamma^2)/L
 //   shift   = (1 - nu) rho (2 - rho) gamma^2,
 // and Y = O Wv multiplies both by d_in v_var (Linear); mean 0, r^d_out = 0.
+// Biases (with_biases): a key bias moves all scores of a query alike and has
+// no effect; a query bias q_b shared by all queries makes t m2 -> t m2 + k_var q_b
+// in sigma^2, gamma^2 and rho = (t common + k_var q_b)/(t m2 + k_var q_b);
+// a value bias adds q_v (1 + p/(1 - p) F_var/L) to E[Y^2] and q_v to Cov_len.
 // Backward, value path dX = dropout(P)^T g Wv^T:
 //   Var     = d_k v_var g^2 (F_var/(L (1 - p)) + r_g (L - 1) F_cov / L)
 //   Cov_len = d_k v_var g^2 ((1 - F_var/L)/(L - 1) + r_g (1 - F_cov/L))
@@ -112,7 +116,8 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
   /// position embeddings on the queries and keys (none by default).
   BasicAttention(T d_in, T d_k, T seq_len, T q_var, T k_var, T v_var, T p = 0,
                  AttentionGradient gradient = AttentionGradient::all_paths, RotaryEmbedding rotary = {})
-      : h_{d_in, d_k, seq_len, q_var, k_var, v_var, p, rotary}, gradient_(gradient) {
+      : h_{d_in, d_k, seq_len, q_var, k_var, v_var, p, rotary, T(0 * q_var), T(0 * q_var), T(0 * q_var)},
+        gradient_(gradient) {
     require_width(name, "d_in", h_.d_in);
     require_width(name, "d_k", h_.d_k);
     Mask::require_seq_len(name, h_.seq_len);
@@ -130,6 +135,9 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
   const T& k_var() const { return h_.k_var; }
   const T& v_var() const { return h_.v_var; }
   const T& p() const { return h_.p; }
+  const T& q_bias() const { return h_.q_bias; }
+  const T& k_bias() const { return h_.k_bias; }
+  const T& v_bias() const { return h_.v_bias; }
   AttentionGradient gradient() const { return gradient_; }
   const RotaryEmbedding& rotary() const { return h_.rotary; }
 
@@ -220,6 +228,17 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
  protected:
   const detail::HeadParams<T>& params() const { return h_; }
 
+  /// Biases of per-entry variances q_bias, k_bias, v_bias on Q, K and V,
+  /// each drawn once and shared by all positions (Attention::with_biases).
+  void set_biases(const T& q_bias, const T& k_bias, const T& v_bias) {
+    require_variance(name, "q_bias", q_bias);
+    require_variance(name, "k_bias", k_bias);
+    require_variance(name, "v_bias", v_bias);
+    h_.q_bias = q_bias;
+    h_.k_bias = k_bias;
+    h_.v_bias = v_bias;
+  }
+
   // Needed several times for one input (forward, the heads' norm
   // fluctuation, domain, the backward's replay of the forward pass when
   // there is no record): memoized per thread (core/memo.hpp).
@@ -244,6 +263,14 @@ class Attention : public BasicAttention<T, detail::FullMask> {
  public:
   using Base::Base;
   using Base::name;
+
+  /// This head with biases of per-entry variances q_bias, k_bias, v_bias on
+  /// Q, K and V (docs/components/attention.md, "Biases").
+  Attention with_biases(const T& q_bias, const T& k_bias, const T& v_bias) const {
+    Attention a = *this;
+    a.set_biases(q_bias, k_bias, v_bias);
+    return a;
+  }
 
   /// The softmax sums for terms `a` and the output moments for terms and
   /// sums (forward() is their composition with the whole-vector moments).

@@ -54,13 +54,22 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
   /// The same head without the mask (every query attends to all L keys).
   Attention<T> full() const {
     return Attention<T>(this->d_in(), this->d_k(), this->seq_len(), this->q_var(), this->k_var(), this->v_var(),
-                        this->p(), this->gradient(), this->rotary());
+                        this->p(), this->gradient(), this->rotary())
+        .with_biases(this->q_bias(), this->k_bias(), this->v_bias());
   }
 
   /// The same head with backward() through the paths `gradient`.
   CausalAttention with_gradient(AttentionGradient gradient) const {
     return CausalAttention(this->d_in(), this->d_k(), this->seq_len(), this->q_var(), this->k_var(), this->v_var(),
-                           this->p(), gradient, this->rotary());
+                           this->p(), gradient, this->rotary())
+        .with_biases(this->q_bias(), this->k_bias(), this->v_bias());
+  }
+
+  /// This head with biases on Q, K and V (Attention::with_biases).
+  CausalAttention with_biases(const T& q_bias, const T& k_bias, const T& v_bias) const {
+    CausalAttention a = *this;
+    a.set_biases(q_bias, k_bias, v_bias);
+    return a;
   }
 
   /// The softmax sums averaged over the sequence (validated like forward()).

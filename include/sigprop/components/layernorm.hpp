@@ -1,6 +1,8 @@
-// sigprop/components/layernorm.hpp -- y = (x - mean(x)) / sd(x) over the d
-// hidden units of each position (biased variance, no epsilon; gain 1 and bias
-// 0 as at initialization).
+// sigprop/components/layernorm.hpp -- y = g0 (x - mean(x)) / sd(x) + b0 over
+// the d hidden units of each position (biased variance, no epsilon; the gain
+// g0 > 0 and bias b0 at their initial values, 1 and 0 by default: every unit
+// alike, so the output's mean is b0, its variance g0^2 and its correlations
+// those of the normalized rows; the gradient is multiplied by g0).
 //
 // Reference: Kedia et al., "Transformers Get Stable" (ICML 2024), appendix
 // B.6 (A.6 in the later version); the backward Jacobian is Xu et al. (2019),
@@ -154,8 +156,17 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
   static constexpr int homogeneity = 0;
   static constexpr bool sets_norm_coupling = true;
 
-  /// `d`: the number of hidden units normalized over; an integer >= 4.
-  explicit LayerNorm(T d) : d_(d) {
+  /// `d`: the number of hidden units normalized over, an integer >= 4;
+  /// `gain` > 0 and `bias`: the affine map's initial values, the same for every unit.
+  LayerNorm(T d, T gain, T bias) : LayerNorm(d) {
+    require_positive(name, "gain", gain);
+    require_finite(name, "bias", bias);
+    gain_ = gain;
+    bias_ = bias;
+  }
+
+  /// Gain 1 and bias 0, as at the usual initialization.
+  explicit LayerNorm(T d) : d_(d), gain_(0 * d + 1), bias_(0 * d) {
     sigprop::detail::require(
         name, "d", d_,
         [](double v) { return std::isfinite(v) && v >= 4 && v <= 1e15 && std::floor(v) == v; },
@@ -168,6 +179,8 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
   }
 
   const T& d() const { return d_; }
+  const T& gain() const { return gain_; }
+  const T& bias() const { return bias_; }
 
   /// A constant position (zero variance, or r^d = 1) has no direction to
   /// normalize.
@@ -206,8 +219,8 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
  private:
   Moments<T> forward_with(const Moments<T>& in, const detail::LayerNormAngle<T>& a) const {
     Moments<T> out;
-    out.mean = 0 * in.mean;
-    out.var = 0 * in.mean + 1;
+    out.mean = bias_ + 0 * in.mean;
+    out.var = gain_ * gain_ + 0 * in.mean;
     out.corr_len = a.corr;
     out.corr_dim = -1 / (d_ - 1) + 0 * in.mean;
     out.norm_var_ratio = 0 * in.mean;
@@ -228,7 +241,7 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
     const T nu = norm_var_ratio_of(in), coupling = norm_coupling_of(g);
     // E[|P g_i|^2 m/Q_i] = E|P g|^2 E[m/Q] e^{c} for log-normal row energies
     // with Cov[log |g_i|^2, log(m/Q_i)] = c (the header comment).
-    out.var = g.var * (d_ - aligned) * detail::inverse_norm_factor(nu, T(d_ - 1)) * exp(coupling) /
+    out.var = gain_ * gain_ * g.var * (d_ - aligned) * detail::inverse_norm_factor(nu, T(d_ - 1)) * exp(coupling) /
               ((d_ - 1) * centered_var);
     out.corr_len = g.corr_len * a.slope / slope_at_one;
     out.align_activation = 0 * g.var;
@@ -313,6 +326,7 @@ class LayerNorm : public Component<LayerNorm<T>, T> {
 
 
   T d_;
+  T gain_, bias_;
   T c0_;  // layernorm_c0(d), lane-wise
 };
 

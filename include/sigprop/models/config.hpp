@@ -80,6 +80,9 @@ struct ModelConfig {
   /// turned by i base^(-2j/d_k) at position i (Llama, GPT-NeoX: base 10000);
   /// 0: none (components/detail/rotary.hpp).
   double rotary_base = 0;
+  /// The initial gain of every norm and bias of every LayerNorm (RMSNorm has
+  /// none), the same for all units: out = ln_gain normalized + ln_bias.
+  double ln_gain = 1, ln_bias = 0;
 
   std::size_t head_width() const { return d / heads; }
   std::size_t hidden_width() const { return ffn_hidden > 0 ? ffn_hidden : ffn_mult * d; }
@@ -93,6 +96,10 @@ struct ModelConfig {
     require_width(function, "seq_len", static_cast<double>(seq_len), 2);
     require_probability(function, "dropout", dropout);
     detail::require_rotary(function, RotaryEmbedding{rotary_base}, heads > 0 ? static_cast<double>(d / heads) : 0.0);
+    require_positive(function, "ln_gain", ln_gain);
+    require_finite(function, "ln_bias", ln_bias);
+    if (norm == Norm::rmsnorm && ln_bias != 0)
+      detail::raise_domain(function, "ln_bias", ln_bias, "{0} with RMSNorm (it has no bias)");
     if (d % heads != 0)
       detail::raise_domain(function, "heads = " + std::to_string(heads) +
                                          " is outside the valid range: a divisor of d = " + std::to_string(d));
@@ -104,8 +111,8 @@ struct ModelConfig {
 /// 8, no dropout; Touvron et al. 2023) and "gpt2" (pre-LayerNorm with a final
 /// LayerNorm, causal attention, GeLU FFN of width 4d; Radford et al. 2019),
 /// applied to `c`'s sizes (layers, d, heads, seq_len); "pre-ln", "post-ln"
-/// and "no-ln" set the architecture alone. Biases are zero at
-/// initialization and not modelled anywhere.
+/// and "no-ln" set the architecture alone. Biases are zero at initialization
+/// in both (LayerWeights' bias variances and ModelConfig::ln_bias model others).
 inline ModelConfig with_architecture(ModelConfig c, const std::string& name) {
   if (name == "llama") {
     c.arch = Arch::pre_ln;
@@ -163,9 +170,15 @@ struct LayerWeights {
   double ffn_gate = 0;                ///< the gated FFN's V (d x m d); unused otherwise
   double attn_skip = 1, attn_branch = 1;  ///< lambda, beta of the attention sublayer
   double ffn_skip = 1, ffn_branch = 1;    ///< lambda, beta of the FFN sublayer
+  /// Per-entry variances of the biases of the same maps (each drawn once,
+  /// shared by all positions; components/linear.hpp, attention.hpp).
+  double q_bias = 0, k_bias = 0, v_bias = 0, o_bias = 0, ffn1_bias = 0, ffn2_bias = 0, ffn_gate_bias = 0;
 
   /// Every field, in the order of BatchLayerWeights' (see Moments::fields).
-  auto fields() const { return std::tie(q, k, v, o, ffn1, ffn2, ffn_gate, attn_skip, attn_branch, ffn_skip, ffn_branch); }
+  auto fields() const {
+    return std::tie(q, k, v, o, ffn1, ffn2, ffn_gate, attn_skip, attn_branch, ffn_skip, ffn_branch, q_bias, k_bias,
+                    v_bias, o_bias, ffn1_bias, ffn2_bias, ffn_gate_bias);
+  }
 
   /// Both sublayers get lambda = skip, beta = branch.
   void set_residual(double skip, double branch) {

@@ -36,6 +36,10 @@
 //   xavier-scaled-embed xavier with tables 1/d and the embedding times sqrt(d) (std 1
 //                       per table: the paper's Table 5 has it meet the large-shortcut
 //                       condition, which the tables' own Xavier 2/(|V| + d) would not)
+//   torch-default       PyTorch's modules left as constructed (nn.TransformerEncoderLayer,
+//                       Post-LN): Q, K, V 1/(2d) (xavier_uniform_ of the 3d x d in_proj),
+//                       O 1/(3d), W1 1/(3d), W2 1/(3 m d) (kaiming_uniform_(a = sqrt 5));
+//                       biases 0 but W1's and W2's, 1/(3 fan_in); tables 1 (N(0, 1))
 // Embeddings (all other schemes): K tables followed by dropout; each table
 // gets (1-p)/K so the model input has variance 1.
 #pragma once
@@ -53,7 +57,7 @@ namespace sigprop {
 
 enum class Scheme {
   xavier, bert, dslm, dslm_simple, admin, admin_code, deepnet, ds_init, t_fixup, layerscale, rezero, skipinit,
-  spike_vanilla, scaled_embed, embed_ln, xavier_scaled_embed
+  spike_vanilla, scaled_embed, embed_ln, xavier_scaled_embed, torch_default
 };
 
 /// A scheme's name (as the command line spells it), the architecture it was
@@ -65,8 +69,8 @@ struct SchemeInfo {
   const char* reference;
 };
 
-inline const std::array<SchemeInfo, 16>& schemes() {
-  static const std::array<SchemeInfo, 16> table{{
+inline const std::array<SchemeInfo, 17>& schemes() {
+  static const std::array<SchemeInfo, 17> table{{
       {Scheme::xavier, "xavier", Arch::pre_ln, "Glorot and Bengio, AISTATS 2010"},
       {Scheme::bert, "bert", Arch::pre_ln, "Devlin et al., NAACL 2019"},
       {Scheme::dslm, "dslm", Arch::pre_ln, "Kedia et al., ICML 2024, 3.5 and G.3-G.4"},
@@ -84,6 +88,7 @@ inline const std::array<SchemeInfo, 16>& schemes() {
       {Scheme::embed_ln, "embed-ln", Arch::pre_ln, "Takase et al., Spike No More, 4 (Embed LN)"},
       {Scheme::xavier_scaled_embed, "xavier-scaled-embed", Arch::pre_ln,
        "Takase et al., Spike No More, B.1 (Xavier Init + Scaled Embed)"},
+      {Scheme::torch_default, "torch-default", Arch::post_ln, "PyTorch 1.13 nn.MultiheadAttention, nn.Linear, nn.Embedding"},
   }};
   return table;
 }
@@ -133,9 +138,11 @@ struct ResidualScaling {
   bool enabled = false;
 };
 
-/// Explicit per-entry variances that replace the scheme's, in every layer.
+/// Explicit per-entry variances that replace the scheme's, in every layer
+/// (`bias`: every bias; ffn1 and ffn1_bias also the gated FFN's V).
 struct WeightOverrides {
   std::optional<double> embedding, q, k, v, o, ffn1, ffn2;
+  std::optional<double> bias, q_bias, k_bias, v_bias, o_bias, ffn1_bias, ffn2_bias;
 };
 
 /// Per-layer weights of `scheme` for the model shape `config` (any

@@ -28,6 +28,7 @@ struct SweepPoint {
   Scheme scheme = Scheme::xavier;
   ResidualScaling scaling;  ///< beta^2 = k/N^alpha (dslm schemes always; others when enabled)
   InputSpec input;
+  WeightOverrides overrides;  ///< e.g. the bias variances
 };
 
 /// The band the per-layer variances must stay in: the forward variance of

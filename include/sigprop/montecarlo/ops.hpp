@@ -27,6 +27,13 @@ inline Matrix dropout_mask(Eigen::Index rows, Eigen::Index cols, double p, Rando
 }
 
 /// LayerNorm over each row (gain 1, bias 0, biased variance, `eps` inside the root).
+/// x W + b on every row (b empty: x W).
+inline Matrix affine(const Matrix& x, const Matrix& w, const Eigen::RowVectorXd& b) {
+  Matrix y = x * w;
+  if (b.size() > 0) y.rowwise() += b;
+  return y;
+}
+
 struct LayerNormCache {
   Matrix y;                  // normalized output
   Eigen::VectorXd inv_std;   // 1 / sqrt(var_row + eps)
@@ -101,11 +108,12 @@ struct GatedCache {
 };
 
 inline Matrix gated_forward(Activation a, const Matrix& x, const Matrix& w1, const Matrix& v, const Matrix& w2,
-                            GatedCache& c) {
-  c.pre = x * w1;
+                            GatedCache& c, const Eigen::RowVectorXd& b1 = {}, const Eigen::RowVectorXd& bv = {},
+                            const Eigen::RowVectorXd& b2 = {}) {
+  c.pre = affine(x, w1, b1);
   c.act = activation_forward(a, c.pre);
-  c.value = x * v;
-  return c.act.cwiseProduct(c.value) * w2;
+  c.value = affine(x, v, bv);
+  return affine(c.act.cwiseProduct(c.value), w2, b2);
 }
 
 /// Squared Frobenius norms of the gated FFN's weight gradients
@@ -155,18 +163,25 @@ struct AttentionCache {
   double rotary_base = 0;
 };
 
+/// Biases of one head's Q, K and V (1 x d_k each; empty: none), added to
+/// every position before the rotation.
+struct HeadBiases {
+  Eigen::RowVectorXd q, k, v;
+};
+
 /// One head's forward with a given inverted-dropout mask on the probabilities
 /// (L x L; empty: no dropout). `causal`: query i attends to keys 1..i (the
 /// scores above the diagonal are -inf); `rotary_base` > 0: Q and K turned by
 /// rotate_pairs.
 inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, const Matrix& wk,
                                              const Matrix& wv, const Matrix& mask, Matrix& out,
-                                             bool causal = false, double rotary_base = 0) {
+                                             bool causal = false, double rotary_base = 0,
+                                             const HeadBiases& bias = {}) {
   AttentionCache c;
   c.rotary_base = rotary_base;
-  c.q = rotate_pairs(x * wq, rotary_base);
-  c.k = rotate_pairs(x * wk, rotary_base);
-  c.v = x * wv;
+  c.q = rotate_pairs(affine(x, wq, bias.q), rotary_base);
+  c.k = rotate_pairs(affine(x, wk, bias.k), rotary_base);
+  c.v = affine(x, wv, bias.v);
   c.scale = 1 / std::sqrt(static_cast<double>(wq.cols()));
   Matrix scores = (c.q * c.k.transpose()) * c.scale;
   if (causal) scores.triangularView<Eigen::StrictlyUpper>().setConstant(-std::numeric_limits<double>::infinity());
@@ -179,9 +194,10 @@ inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, 
 /// The same with the mask drawn from `rng` at dropout p (none for p = 0).
 inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, const Matrix& wk,
                                              const Matrix& wv, double p, Random& rng,
-                                             Matrix& out, bool causal = false, double rotary_base = 0) {
+                                             Matrix& out, bool causal = false, double rotary_base = 0,
+                                             const HeadBiases& bias = {}) {
   const Matrix mask = p > 0 ? dropout_mask(x.rows(), x.rows(), p, rng) : Matrix();
-  return attention_head_forward(x, wq, wk, wv, mask, out, causal, rotary_base);
+  return attention_head_forward(x, wq, wk, wv, mask, out, causal, rotary_base, bias);
 }
 
 /// The gradients of one head's Q = x Wq, K = x Wk (before the rotation) and

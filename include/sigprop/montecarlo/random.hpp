@@ -70,6 +70,21 @@ class Random {
     return m;
   }
 
+  /// Matrix of i.i.d. uniform entries on (-a, a), a = sqrt(3 variance): the
+  /// same variance as normal_matrix, excess kurtosis -1.2 (PyTorch's
+  /// xavier_uniform_ and kaiming_uniform_).
+  Eigen::MatrixXd uniform_matrix(Eigen::Index rows, Eigen::Index cols, double variance = 1) {
+    const double a = std::sqrt(3 * variance);
+    Eigen::MatrixXd m(rows, cols);
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = a * (2 * uniform() - 1);
+    return m;
+  }
+
+  /// normal_matrix, or uniform_matrix when `uniform`.
+  Eigen::MatrixXd weight_matrix(Eigen::Index rows, Eigen::Index cols, double variance, bool uniform) {
+    return uniform ? uniform_matrix(rows, cols, variance) : normal_matrix(rows, cols, variance);
+  }
+
   /// Independent random source for a sub-task (trial, grid point).
   Random split() { return Random(next()); }
 

@@ -243,6 +243,9 @@ struct SimulationSetup {
   /// simulate_model: also record each row's position pairs (ModelSimulation::
   /// forward_pairs and the others; L x L per row, so off by default).
   bool position_pairs = false;
+  /// Weights (and biases) uniform of the same variance instead of Gaussian
+  /// (Random::uniform_matrix; PyTorch's default initializations).
+  bool uniform_weights = false;
 };
 
 /// A component's width as a simulation size: a positive integer.

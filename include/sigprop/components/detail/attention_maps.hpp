@@ -93,10 +93,14 @@ Moments<T> output_moments(const HeadParams<T>& h, const AttentionTerms<T>& a, co
   const T tilt_cross_queries = a.corr_queries * a.tilt_var * s.rotary_keep;  // rotary: the pairs that stay put
   const T cov = a.common - a.shared_shift * s.shrink_cross + tilt_cross_queries * s.shrink_cross +
                 s.pair_cross * (a.pos_var + tilt_cross_queries);
+  // A value bias b_v is shared by all keys: sum_k dropout(P)_ik b_v has
+  // second moment q_v (1 + p/(1 - p) S2) and covariance q_v between queries.
+  const T value_bias = h.v_bias * (1 + h.p / (1 - h.p) * s.sum_sq);
   Moments<T> out;
   out.mean = 0 * second;
-  out.var = h.d_in * h.v_var * second;
-  out.corr_len = math::ratio_or(cov, second, 1);
+  out.var = h.d_in * h.v_var * second + value_bias;
+  const T corr = math::ratio_or(cov, second, 1);  // without the bias
+  out.corr_len = corr + math::ratio_or(T(h.v_bias - corr * value_bias), out.var, 0);
   out.corr_dim = 0 * second;
   return out;
 }
@@ -133,7 +137,7 @@ T hidden_spread_of_heads(const HeadParams<T>& h, const Moments<T>& in, const T& 
 template <class T>
 T linear_share(const HeadParams<T>& h, const Moments<T>& in, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
                const Moments<T>& out) {
-  const T key_sampling = h.t() * a.second * a.pos_var * a.pos_var * (h.d_in + 1) / h.seq_len;
+  const T key_sampling = h.score_scale(a.second) * a.pos_var * a.pos_var * (h.d_in + 1) / h.seq_len;
   const T tilt = h.d_in * h.v_var * (1 - a.corr_queries) * (a.tilt_var * s.rotary_keep + key_sampling) * s.shrink_sq;
   const T share = math::ratio_or(tilt, T(out.var * (1 - out.corr_len)), 0);
   return linear_share_of(in) * math::min_of(math::clamp_nonnegative(share), T(0 * share + 1));
@@ -226,9 +230,15 @@ SoftmaxOutputs<T> softmax_outputs(const HeadParams<T>& h, const AttentionTerms<T
                                  (s.pair_cross_centred * a.pos_var * a.pos_var + s.shrink_cross * coherent)};
   const T key_var = s.key_jacobian * (a.pos_var * a.second + h.p * (a.common * a.pos_var + shared4)) / (1 - h.p) +
                     r_g * s.key_pairs_centred * a.pos_var * common_eff;
+  // A query bias is a part of every query shared by all, of second moment
+  // q_bias/(d_in q_var) in units of the input: it joins m2 and the queries' common part.
+  const T query_bias = h.q_bias / h.d_in;
+  const T bias_var = s.key_jacobian * (a.pos_var + h.p * (a.pos_var + a.common)) / (1 - h.p) +
+                     r_g * s.key_pairs_centred * a.pos_var;
   // A negative r_g makes the coherent key term negative; the variance it
   // belongs to cannot be (only reachable far outside the validated domain).
-  const T key_var_bounded = base * h.q_var * math::clamp_nonnegative(key_var);
+  const T key_var_bounded =
+      base * h.q_var * math::clamp_nonnegative(key_var) + base * query_bias * math::clamp_nonnegative(bias_var);
   return {query, {key_var_bounded, -key_var_bounded / (L - 1)}};
 }
 

@@ -24,17 +24,23 @@
 namespace sigprop::detail {
 
 /// The parameters of one head: widths d_in, d_k, the sequence length, the
-/// weight variances of Wq, Wk, Wv, the dropout probability and the rotary
-/// embedding.
+/// weight variances of Wq, Wk, Wv, the dropout probability, the rotary
+/// embedding and the bias variances of Q, K, V.
 template <class T>
 struct HeadParams {
   T d_in, d_k, seq_len, q_var, k_var, v_var, p;
   RotaryEmbedding rotary;
+  T q_bias, k_bias, v_bias;
 
   /// t = d_in q_var k_var (d_k cancels in the scores).
   T t() const { return d_in * q_var * k_var; }
+  /// k_var E[q^2] = t m2 + k_var q_bias for input second moment m2: what
+  /// scales the scores (a query bias b_q adds b_q . (Wk^T x_k), which varies
+  /// with the key; a key bias adds q_i . b_k, the same for every key of a
+  /// query, and leaves the softmax alone).
+  T score_scale(const T& m2) const { return t() * m2 + k_var * q_bias; }
   /// Every field, for keys.
-  auto fields() const { return std::tie(d_in, d_k, seq_len, q_var, k_var, v_var, p, rotary.base); }
+  auto fields() const { return std::tie(d_in, d_k, seq_len, q_var, k_var, v_var, p, rotary.base, q_bias, k_bias, v_bias); }
 };
 
 /// The key of everything computed from a head and its input (core/memo.hpp).
@@ -51,6 +57,7 @@ struct AttentionTerms {
   T pos_var;       ///< (1 - r) s^2, variance of the position-specific part
   T common;        ///< r s^2 + mu^2, second moment of the part shared by all positions
   T corr_queries;  ///< rho, correlation of two queries' score vectors w_i, w_m
+  T corr_rows;     ///< common / m2, the share of a row shared by all positions
   T score_var;     ///< sigma^2, variance of the position-specific part of a score
   T tilt_var;      ///< gamma^2, squared shift of a value's mean under the softmax weights
   T pos_cov_sq;    ///< (1 - r)^2 s^4 + (d_in - 1)(r^d s^2)^2, so gamma^2 = t m2 pos_cov_sq
@@ -93,21 +100,29 @@ AttentionTerms<T> split_rows(const Moments<T>& in) {
   a.second = in.var + in.mean * in.mean;
   a.pos_var = (1 - in.corr_len) * in.var;
   a.common = in.corr_len * in.var + in.mean * in.mean;
-  a.corr_queries = math::ratio_or(a.common, a.second, 1);
+  a.corr_queries = a.corr_rows = math::ratio_or(a.common, a.second, 1);
   return a;
 }
 
-/// sigma^2 of the position-specific parts, (1 - r) s^2 d_in t m2.
+/// A query bias is shared by all queries: rho = (t common + k_var q_bias)/(t m2 + k_var q_bias).
+template <class T>
+void query_bias_terms(const HeadParams<T>& h, AttentionTerms<T>& a) {
+  a.corr_queries = a.corr_rows + (1 - a.corr_rows) * math::ratio_or(T(h.k_var * h.q_bias), h.score_scale(a.second), 0);
+}
+
+/// sigma^2 of the position-specific parts, (1 - r) s^2 d_in t m2 (with a
+/// query bias, t m2 + k_var q_bias).
 template <class T>
 T position_score_var(const HeadParams<T>& h, const AttentionTerms<T>& a) {
-  return a.pos_var * h.d_in * h.t() * a.second;
+  return a.pos_var * h.d_in * h.t() * a.second + a.pos_var * h.d_in * h.k_var * h.q_bias;
 }
 
 /// sigma^2: with rotary embeddings the keys' shared part joins the scores in
 /// the share 1 - f_L of the pairs that turn, d_in t m2 common (1 - f_L).
 template <class T>
 T score_variance(const HeadParams<T>& h, const AttentionTerms<T>& a, const T& position_score) {
-  return position_score + a.common * (1 - a.rotary_keep) * h.d_in * h.t() * a.second;
+  const T keys = a.common * (1 - a.rotary_keep) * h.d_in;
+  return position_score + keys * h.t() * a.second + keys * h.k_var * h.q_bias;
 }
 
 /// E[(S^2)_jj] for S the hidden covariance of the position-specific part:
@@ -125,7 +140,7 @@ T position_cov_sq(const HeadParams<T>& h, const Moments<T>& in, const T& pos_var
 /// softmax weights (the tilt).
 template <class T>
 T tilt_variance(const HeadParams<T>& h, const AttentionTerms<T>& a) {
-  return h.t() * a.second * a.pos_cov_sq;
+  return h.score_scale(a.second) * a.pos_cov_sq;
 }
 
 /// The shared part that rows of fixed norm lose to the weighting,
@@ -133,7 +148,7 @@ T tilt_variance(const HeadParams<T>& h, const AttentionTerms<T>& a) {
 template <class T>
 T shared_shift(const Moments<T>& in, const AttentionTerms<T>& a) {
   const T fixed_norm = 1 - math::min_of(norm_var_ratio_of(in), T(0 * in.var + 1));
-  const T rho = math::min_of(math::clamp_nonnegative(a.corr_queries), T(0 * in.var + 1));
+  const T rho = math::min_of(math::clamp_nonnegative(a.corr_rows), T(0 * in.var + 1));
   return math::min_of(T(fixed_norm * rho * (2 - rho) * a.tilt_var), a.common);
 }
 
@@ -250,6 +265,7 @@ AttentionTerms<T> attention_terms(const HeadParams<T>& h, const Moments<T>& in) 
   using std::exp;
   const T& L = h.seq_len;
   AttentionTerms<T> a = split_rows(in);
+  query_bias_terms(h, a);
   a.rotary_keep = rotary_keep(h.rotary, L, h.d_k);
   const T position_score = position_score_var(h, a);
   a.score_var = score_variance(h, a, position_score);
@@ -261,7 +277,7 @@ AttentionTerms<T> attention_terms(const HeadParams<T>& h, const Moments<T>& in) 
   w.exp_score = exp(a.score_var);
   require_finite_exp(w.exp_score, a.score_var);
   a.width_term = width_term(h, in, a.score_var);
-  a.pos_norm_var = pos_norm_var_ratio(in, a.corr_queries);
+  a.pos_norm_var = pos_norm_var_ratio(in, a.corr_rows);
   w.kurtosis = key_kurtosis(h, in, a.pos_norm_var);
   w.tables = softmax_factors(a.score_var, L);
   w.curvature = norm_curvature(a.score_var, L);

@@ -41,18 +41,23 @@ struct StackShape {
   RotaryEmbedding rotary;
   std::size_t layers = 0;
   T d, heads, hidden, seq_len, dropout;  ///< hidden: the FFN's hidden width
+  T ln_gain, ln_bias;                    ///< the norms' affine gain and (LayerNorm) bias
 
   /// The sizes that may differ from lane to lane (see Moments::fields).
-  auto fields() { return std::tie(d, heads, hidden, seq_len, dropout); }
-  auto fields() const { return std::tie(d, heads, hidden, seq_len, dropout); }
+  auto fields() { return std::tie(d, heads, hidden, seq_len, dropout, ln_gain, ln_bias); }
+  auto fields() const { return std::tie(d, heads, hidden, seq_len, dropout, ln_gain, ln_bias); }
 };
 
 /// The weights of one layer for every lane of a batch (LayerWeights, lane-wise).
 template <class T>
 struct BatchLayerWeights {
   T q, k, v, o, ffn1, ffn2, ffn_gate, attn_skip, attn_branch, ffn_skip, ffn_branch;
+  T q_bias, k_bias, v_bias, o_bias, ffn1_bias, ffn2_bias, ffn_gate_bias;
 
-  auto fields() { return std::tie(q, k, v, o, ffn1, ffn2, ffn_gate, attn_skip, attn_branch, ffn_skip, ffn_branch); }
+  auto fields() {
+    return std::tie(q, k, v, o, ffn1, ffn2, ffn_gate, attn_skip, attn_branch, ffn_skip, ffn_branch, q_bias, k_bias,
+                    v_bias, o_bias, ffn1_bias, ffn2_bias, ffn_gate_bias);
+  }
 };
 
 namespace detail {
@@ -90,6 +95,8 @@ inline StackShape<double> shape_of(const ModelConfig& c) {
   s.hidden = static_cast<double>(c.hidden_width());
   s.seq_len = static_cast<double>(c.seq_len);
   s.dropout = c.dropout;
+  s.ln_gain = c.ln_gain;
+  s.ln_bias = c.ln_bias;
   return s;
 }
 
@@ -114,11 +121,11 @@ auto with_sublayer(const StackShape<T>& s, const W& w, Sublayer which, Block blo
   const bool rms = s.norm == Norm::rmsnorm;
   switch (s.arch) {
     case Arch::pre_ln:
-      if (rms) return apply(residual(serial(RmsNorm<T>(s.d), std::move(block)), skip, branch));
-      return apply(residual(serial(LayerNorm<T>(s.d), std::move(block)), skip, branch));
+      if (rms) return apply(residual(serial(RmsNorm<T>(s.d, s.ln_gain), std::move(block)), skip, branch));
+      return apply(residual(serial(LayerNorm<T>(s.d, s.ln_gain, s.ln_bias), std::move(block)), skip, branch));
     case Arch::post_ln:
-      if (rms) return apply(serial(residual(std::move(block), skip, branch), RmsNorm<T>(s.d)));
-      return apply(serial(residual(std::move(block), skip, branch), LayerNorm<T>(s.d)));
+      if (rms) return apply(serial(residual(std::move(block), skip, branch), RmsNorm<T>(s.d, s.ln_gain)));
+      return apply(serial(residual(std::move(block), skip, branch), LayerNorm<T>(s.d, s.ln_gain, s.ln_bias)));
     case Arch::no_ln: break;
   }
   return apply(residual(std::move(block), skip, branch));
@@ -127,8 +134,8 @@ auto with_sublayer(const StackShape<T>& s, const W& w, Sublayer which, Block blo
 // The stack's normalization (LayerNorm or RMSNorm) handed to `apply`.
 template <class T, class Apply>
 auto with_norm(const StackShape<T>& s, Apply apply) {
-  if (s.norm == Norm::rmsnorm) return apply(RmsNorm<T>(s.d));
-  return apply(LayerNorm<T>(s.d));
+  if (s.norm == Norm::rmsnorm) return apply(RmsNorm<T>(s.d, s.ln_gain));
+  return apply(LayerNorm<T>(s.d, s.ln_gain, s.ln_bias));
 }
 
 // The residual stage of a composed sublayer (see with_sublayer).
@@ -235,12 +242,12 @@ BranchIO<T> branch_io(const StackShape<T>& s, const W& w, Sublayer which, const 
 template <class T, class W>
 auto make_attention_block(const StackShape<T>& s, const W& w) {
   return attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
-                            s.attention_gradient, s.rotary);
+                            s.attention_gradient, s.rotary, {w.q_bias, w.k_bias, w.v_bias, w.o_bias});
 }
 
 template <class Activation, class T, class W>
 auto make_ffn_block(const StackShape<T>& s, const W& w) {
-  return ffn_block<Activation>(s.d, T(s.hidden / s.d), T(w.ffn1), T(w.ffn2), s.dropout);
+  return ffn_block<Activation>(s.d, T(s.hidden / s.d), T(w.ffn1), T(w.ffn2), s.dropout, T(w.ffn1_bias), T(w.ffn2_bias));
 }
 
 // The attention block as the shape says (full or causal), handed to `apply`.
@@ -248,14 +255,16 @@ template <class T, class W, class Apply>
 auto with_attention_block(const StackShape<T>& s, const W& w, Apply apply) {
   if (s.causal)
     return apply(causal_attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
-                                           s.attention_gradient, s.rotary));
+                                           s.attention_gradient, s.rotary, {w.q_bias, w.k_bias, w.v_bias, w.o_bias}));
   return apply(make_attention_block(s, w));
 }
 
 // The FFN block as the shape says (plain or gated), handed to `apply`.
 template <class Activation, class T, class W, class Apply>
 auto with_ffn_block(const StackShape<T>& s, const W& w, Apply apply) {
-  if (s.gated) return apply(glu_ffn_block<Activation>(s.d, s.hidden, T(w.ffn1), T(w.ffn_gate), T(w.ffn2), s.dropout));
+  if (s.gated)
+    return apply(glu_ffn_block<Activation>(s.d, s.hidden, T(w.ffn1), T(w.ffn_gate), T(w.ffn2), s.dropout,
+                                           T(w.ffn1_bias), T(w.ffn_gate_bias), T(w.ffn2_bias)));
   return apply(make_ffn_block<Activation>(s, w));
 }
 

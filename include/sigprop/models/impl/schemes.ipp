@@ -202,8 +202,15 @@ SIGPROP_DECL ModelWeights initialize(const ModelConfig& config, Scheme scheme, c
       table_var = 1 / d;  // Xavier of a d x d map, so that the scaled embedding has std 1
       embedding_scale *= std::sqrt(d);
       break;
+    case Scheme::torch_default:  // uniform draws of these variances (docs/schemes.md)
+      base.q = base.k = base.v = 2 / (d + 3 * d);
+      base.o = base.ffn1 = base.ffn1_bias = 1 / (3 * d);
+      base.ffn2 = base.ffn2_bias = 1 / (3 * hidden);
+      table_var = 1;
+      break;
   }
   base.ffn_gate = base.ffn1;  // the gated FFN's V has W1's shape and fan-in
+  base.ffn_gate_bias = base.ffn1_bias;
   if (scaling.enabled) {
     require_positive(fn, "beta2_k", scaling.k);
     require_finite(fn, "beta2_alpha", scaling.alpha);
@@ -215,7 +222,11 @@ SIGPROP_DECL ModelWeights initialize(const ModelConfig& config, Scheme scheme, c
   for (const auto& [name, value] : {std::pair{"overrides.embedding", overrides.embedding}, std::pair{"overrides.q", overrides.q},
                                     std::pair{"overrides.k", overrides.k}, std::pair{"overrides.v", overrides.v},
                                     std::pair{"overrides.o", overrides.o}, std::pair{"overrides.ffn1", overrides.ffn1},
-                                    std::pair{"overrides.ffn2", overrides.ffn2}})
+                                    std::pair{"overrides.ffn2", overrides.ffn2}, std::pair{"overrides.bias", overrides.bias},
+                                    std::pair{"overrides.q_bias", overrides.q_bias}, std::pair{"overrides.k_bias", overrides.k_bias},
+                                    std::pair{"overrides.v_bias", overrides.v_bias}, std::pair{"overrides.o_bias", overrides.o_bias},
+                                    std::pair{"overrides.ffn1_bias", overrides.ffn1_bias},
+                                    std::pair{"overrides.ffn2_bias", overrides.ffn2_bias}})
     if (value) require_variance(fn, name, *value);
   if (!input.measured) detail::require_vocab(fn, input.vocab);
   if (overrides.embedding) table_var = *overrides.embedding;
@@ -226,6 +237,14 @@ SIGPROP_DECL ModelWeights initialize(const ModelConfig& config, Scheme scheme, c
     if (overrides.o) w.o = *overrides.o;
     if (overrides.ffn1) w.ffn1 = w.ffn_gate = *overrides.ffn1;
     if (overrides.ffn2) w.ffn2 = *overrides.ffn2;
+    if (overrides.bias)
+      w.q_bias = w.k_bias = w.v_bias = w.o_bias = w.ffn1_bias = w.ffn2_bias = w.ffn_gate_bias = *overrides.bias;
+    for (const auto& [slot, value] : {std::pair{&w.q_bias, overrides.q_bias}, std::pair{&w.k_bias, overrides.k_bias},
+                                      std::pair{&w.v_bias, overrides.v_bias}, std::pair{&w.o_bias, overrides.o_bias},
+                                      std::pair{&w.ffn1_bias, overrides.ffn1_bias},
+                                      std::pair{&w.ffn_gate_bias, overrides.ffn1_bias},
+                                      std::pair{&w.ffn2_bias, overrides.ffn2_bias}})
+      if (value) *slot = *value;
   };
 
   ModelWeights weights;
@@ -236,7 +255,7 @@ SIGPROP_DECL ModelWeights initialize(const ModelConfig& config, Scheme scheme, c
     weights.embedding_scale = embedding_scale;
     weights.embedding_output = detail::embedding_output(config, input, table_var, embedding_scale);
     weights.embedding_layernorm = embedding_layernorm;
-    weights.input = embedding_layernorm ? LayerNorm<double>(d).forward(weights.embedding_output)
+    weights.input = embedding_layernorm ? LayerNorm<double>(d, config.ln_gain, config.ln_bias).forward(weights.embedding_output)
                                         : weights.embedding_output;
   }
   weights.layers.assign(config.layers, base);

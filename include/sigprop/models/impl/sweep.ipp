@@ -60,7 +60,7 @@ SIGPROP_DECL std::vector<SweepSummary> sweep(const std::vector<SweepPoint>& poin
       const SweepPoint& p = points[i];
       configs.push_back(p.config);
       try {
-        weights.push_back(initialize(p.config, p.scheme, p.input, p.scaling));
+        weights.push_back(initialize(p.config, p.scheme, p.input, p.scaling, p.overrides));
       } catch (const domain_error& e) {  // name the point
         detail::raise_domain(fn, "points[" + std::to_string(i) + "]: " + e.what());
       }

@@ -40,9 +40,9 @@ struct AttentionTrial {
 inline AttentionTrial attention_trial(const Eigen::MatrixXd& x, const Eigen::MatrixXd& wq,
                                       const Eigen::MatrixXd& wk, const Eigen::MatrixXd& wv,
                                       const Eigen::MatrixXd& mask, const Eigen::MatrixXd& g, bool causal = false,
-                                      RotaryEmbedding rotary = {}) {
+                                      RotaryEmbedding rotary = {}, const ops::HeadBiases& bias = {}) {
   AttentionTrial t;
-  const ops::AttentionCache c = ops::attention_head_forward(x, wq, wk, wv, mask, t.out, causal, rotary.base);
+  const ops::AttentionCache c = ops::attention_head_forward(x, wq, wk, wv, mask, t.out, causal, rotary.base, bias);
   const ops::HeadGrads d = ops::attention_head_grads(c, g);
   t.grad_value_path = d.v * wv.transpose();
   t.grad_softmax_path = d.q * wq.transpose() + d.k * wk.transpose();
@@ -55,6 +55,7 @@ inline AttentionTrial attention_trial(const Eigen::MatrixXd& x, const Eigen::Mat
 struct HeadDraw {
   Eigen::MatrixXd x, wq, wk, wv, mask;
   RotaryEmbedding rotary;  // the layer's
+  ops::HeadBiases bias;    // drawn after the mask, only where the layer has them
 };
 
 inline HeadDraw draw_head(const Attention<double>& layer, const Moments<double>& in, Random& rng) {
@@ -67,12 +68,16 @@ inline HeadDraw draw_head(const Attention<double>& layer, const Moments<double>&
   h.wv = rng.normal_matrix(d_in, d_k, layer.v_var());
   if (layer.p() > 0) h.mask = dropout_mask(seq_len, seq_len, layer.p(), rng);
   h.rotary = layer.rotary();
+  const auto bias = [&](double var) { return var > 0 ? Eigen::RowVectorXd(rng.normal_matrix(1, d_k, var)) : Eigen::RowVectorXd(); };
+  h.bias.q = bias(layer.q_bias());
+  h.bias.k = bias(layer.k_bias());
+  h.bias.v = bias(layer.v_bias());
   return h;
 }
 
 /// attention_trial on a drawn head.
 inline AttentionTrial attention_trial(const HeadDraw& h, const Eigen::MatrixXd& g, bool causal = false) {
-  return attention_trial(h.x, h.wq, h.wk, h.wv, h.mask, g, causal, h.rotary);
+  return attention_trial(h.x, h.wq, h.wk, h.wv, h.mask, g, causal, h.rotary, h.bias);
 }
 
 inline AttentionSimulationResult simulate_paths(const Attention<double>& layer,

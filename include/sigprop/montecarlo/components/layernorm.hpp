@@ -13,15 +13,17 @@
 namespace sigprop::montecarlo {
 
 /// LayerNorm of each row of `x` and its backward pass for the upstream
-/// gradient `g` (Xu et al. 2019, Eq. 17):
-///   y = (x - mean(x)) / sd(x),  g_in = (g - mean(g) - y mean(g .* y)) / sd(x).
+/// gradient `g` (Xu et al. 2019, Eq. 17), with the affine map g0 y + b0:
+///   y = (x - mean(x)) / sd(x),  g_in = g0 (g - mean(g) - y mean(g .* y)) / sd(x).
 struct LayerNormPass {
   Eigen::MatrixXd out, grad_in;
 };
 
-inline LayerNormPass layernorm_pass(const Eigen::MatrixXd& x, const Eigen::MatrixXd& g) {
+inline LayerNormPass layernorm_pass(const Eigen::MatrixXd& x, const Eigen::MatrixXd& g, double gain = 1,
+                                    double bias = 0) {
   const ops::LayerNormCache c = ops::layernorm_forward(x);
-  return {c.y, ops::layernorm_backward(c, g)};
+  if (gain == 1 && bias == 0) return {c.y, ops::layernorm_backward(c, g)};
+  return {((gain * c.y).array() + bias).matrix(), ops::layernorm_backward(c, gain * g)};
 }
 
 /// Inputs are drawn with sample_activations_separable (the covariance model
@@ -31,7 +33,11 @@ inline SimulationResult simulate(const LayerNorm<double>& layer, const Moments<d
                                  const GradMoments<double>& grad, const SimulationSetup& setup) {
   constexpr const char* fn = "sigprop::montecarlo::simulate(LayerNorm)";
   require_setup(fn, setup);
-  return simulate_rowwise(to_size(fn, "d", layer.d()), in, grad, setup, layernorm_pass);
+  const double gain = layer.gain(), bias = layer.bias();
+  return simulate_rowwise(to_size(fn, "d", layer.d()), in, grad, setup,
+                          [gain, bias](const Eigen::MatrixXd& x, const Eigen::MatrixXd& g) {
+                            return layernorm_pass(x, g, gain, bias);
+                          });
 }
 
 namespace detail {

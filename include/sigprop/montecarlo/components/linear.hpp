@@ -1,5 +1,7 @@
 // sigprop/montecarlo/components/linear.hpp -- the empirical twin of
-// sigprop::Linear: a real x W with Gaussian W, and real backprop g W^T.
+// sigprop::Linear: a real x W + b with Gaussian W and b (b drawn once per trial
+// and added to every row; uniform with SimulationSetup::uniform_weights), and
+// real backprop g W^T.
 #pragma once
 
 #include "sigprop/components/linear.hpp"
@@ -18,9 +20,11 @@ inline SimulationResult simulate(const Linear<double>& layer, const Moments<doub
   MomentAccumulator fwd, bwd;
   for (std::size_t t = 0; t < setup.trials; ++t) {
     const Eigen::MatrixXd x = sample_activations(setup.seq_len, d_in, in, rng);
-    const Eigen::MatrixXd w = rng.normal_matrix(d_in, d_out, layer.weight_var());
+    const Eigen::MatrixXd w = rng.weight_matrix(d_in, d_out, layer.weight_var(), setup.uniform_weights);
     const Eigen::MatrixXd g = sample_gradient(setup.seq_len, d_out, grad, rng);
-    fwd.add(x * w);
+    Eigen::MatrixXd y = x * w;
+    if (layer.bias_var() > 0) y.rowwise() += rng.weight_matrix(1, d_out, layer.bias_var(), setup.uniform_weights).row(0);
+    fwd.add(y);
     bwd.add(g * w.transpose());
   }
   return {fwd.result(), bwd.grad_result()};

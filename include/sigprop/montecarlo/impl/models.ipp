@@ -19,26 +19,42 @@ namespace detail {
 struct LayerParams {
   std::vector<ops::Matrix> wq, wk, wv;  // per head, d x d/H
   ops::Matrix wo, w1, w2, wgate;  // wgate: V of the gated FFN
+  std::vector<ops::HeadBiases> heads;  // per head; empty vectors: no bias
+  Eigen::RowVectorXd bo, b1, b2, bgate;
 };
 
-// LayerNorm or RMSNorm over the rows, with what its backward needs.
+// LayerNorm or RMSNorm over the rows, then the affine map at its initial
+// values (ln_gain, ln_bias), with what its backward needs.
 struct NormCache {
   ops::LayerNormCache layernorm;
   ops::RmsNormCache rmsnorm;
   bool rms = false;
-  const ops::Matrix& y() const { return rms ? rmsnorm.y : layernorm.y; }
+  double gain = 1;
+  ops::Matrix out;  // gain * normalized + bias
+  const ops::Matrix& y() const { return out; }
 };
 
 inline NormCache norm_forward(const ModelConfig& c, const ops::Matrix& x) {
   NormCache n;
   n.rms = c.norm == Norm::rmsnorm;
+  n.gain = c.ln_gain;
   if (n.rms) n.rmsnorm = ops::rmsnorm_forward(x);
   else n.layernorm = ops::layernorm_forward(x);
+  n.out = (n.rms ? n.rmsnorm.y : n.layernorm.y) * c.ln_gain;
+  n.out.array() += c.ln_bias;
   return n;
 }
 
 inline ops::Matrix norm_backward(const NormCache& n, const ops::Matrix& g) {
-  return n.rms ? ops::rmsnorm_backward(n.rmsnorm, g) : ops::layernorm_backward(n.layernorm, g);
+  const ops::Matrix scaled = n.gain * g;
+  return n.rms ? ops::rmsnorm_backward(n.rmsnorm, scaled) : ops::layernorm_backward(n.layernorm, scaled);
+}
+
+// A bias of per-entry variance `var` (drawn only when var > 0, so that
+// models without biases draw the same numbers as before).
+inline Eigen::RowVectorXd draw_bias(Eigen::Index n, double var, bool uniform, Random& rng) {
+  if (!(var > 0)) return {};
+  return rng.weight_matrix(1, n, var, uniform).row(0);
 }
 
 struct SublayerCache {
@@ -50,19 +66,26 @@ struct SublayerCache {
   ops::Matrix concat, out_mask;
 };
 
-inline LayerParams draw_layer(const ModelConfig& c, const LayerWeights& w, Random& rng) {
+inline LayerParams draw_layer(const ModelConfig& c, const LayerWeights& w, Random& rng, bool uniform = false) {
   const auto d = static_cast<Eigen::Index>(c.d), dk = static_cast<Eigen::Index>(c.head_width());
   const auto m = static_cast<Eigen::Index>(c.hidden_width());
   LayerParams p;
   for (std::size_t h = 0; h < c.heads; ++h) {
-    p.wq.push_back(rng.normal_matrix(d, dk, w.q));
-    p.wk.push_back(rng.normal_matrix(d, dk, w.k));
-    p.wv.push_back(rng.normal_matrix(d, dk, w.v));
+    p.wq.push_back(rng.weight_matrix(d, dk, w.q, uniform));
+    p.wk.push_back(rng.weight_matrix(d, dk, w.k, uniform));
+    p.wv.push_back(rng.weight_matrix(d, dk, w.v, uniform));
   }
-  p.wo = rng.normal_matrix(d, d, w.o);
-  p.w1 = rng.normal_matrix(d, m, w.ffn1);
-  p.w2 = rng.normal_matrix(m, d, w.ffn2);
-  if (c.gated_ffn) p.wgate = rng.normal_matrix(d, m, w.ffn_gate);
+  p.wo = rng.weight_matrix(d, d, w.o, uniform);
+  p.w1 = rng.weight_matrix(d, m, w.ffn1, uniform);
+  p.w2 = rng.weight_matrix(m, d, w.ffn2, uniform);
+  if (c.gated_ffn) p.wgate = rng.weight_matrix(d, m, w.ffn_gate, uniform);
+  for (std::size_t h = 0; h < c.heads; ++h)
+    p.heads.push_back({draw_bias(dk, w.q_bias, uniform, rng), draw_bias(dk, w.k_bias, uniform, rng),
+                       draw_bias(dk, w.v_bias, uniform, rng)});
+  p.bo = draw_bias(d, w.o_bias, uniform, rng);
+  p.b1 = draw_bias(m, w.ffn1_bias, uniform, rng);
+  p.b2 = draw_bias(d, w.ffn2_bias, uniform, rng);
+  if (c.gated_ffn) p.bgate = draw_bias(m, w.ffn_gate_bias, uniform, rng);
   return p;
 }
 
@@ -93,10 +116,11 @@ inline ops::Matrix attention_branch(const ModelConfig& c, const LayerParams& p, 
   for (std::size_t i = 0; i < c.heads; ++i) {
     ops::Matrix out;
     cache.heads.push_back(
-        ops::attention_head_forward(h, p.wq[i], p.wk[i], p.wv[i], c.dropout, rng, out, c.causal, c.rotary_base));
+        ops::attention_head_forward(h, p.wq[i], p.wk[i], p.wv[i], c.dropout, rng, out, c.causal, c.rotary_base,
+                                    p.heads[i]));
     cache.concat.middleCols(static_cast<Eigen::Index>(i) * dk, dk) = out;
   }
-  return output_dropout(c, cache.concat * p.wo, cache, rng);
+  return output_dropout(c, ops::affine(cache.concat, p.wo, p.bo), cache, rng);
 }
 
 // Squared norms of one layer's weight gradients.
@@ -127,10 +151,11 @@ inline ops::Matrix attention_branch_backward(const ModelConfig& c, const LayerPa
 inline ops::Matrix ffn_branch(const ModelConfig& c, const LayerParams& p, const ops::Matrix& h,
                               SublayerCache& cache, Random& rng) {
   if (c.gated_ffn)
-    return output_dropout(c, ops::gated_forward(to_op(c.activation), h, p.w1, p.wgate, p.w2, cache.ffn), cache, rng);
-  cache.ffn.pre = h * p.w1;
+    return output_dropout(
+        c, ops::gated_forward(to_op(c.activation), h, p.w1, p.wgate, p.w2, cache.ffn, p.b1, p.bgate, p.b2), cache, rng);
+  cache.ffn.pre = ops::affine(h, p.w1, p.b1);
   cache.ffn.act = ops::activation_forward(to_op(c.activation), cache.ffn.pre);
-  return output_dropout(c, cache.ffn.act * p.w2, cache, rng);
+  return output_dropout(c, ops::affine(cache.ffn.act, p.w2, p.b2), cache, rng);
 }
 
 inline ops::Matrix ffn_branch_backward(const ModelConfig& c, const LayerParams& p, const ops::Matrix& h,
@@ -185,12 +210,14 @@ SIGPROP_DECL ModelSimulation simulate_model(const ModelConfig& config, const Mod
 
   for (std::size_t t = 0; t < setup.trials; ++t) {
     std::vector<detail::LayerParams> params;
-    for (std::size_t n = 0; n < N; ++n) params.push_back(detail::draw_layer(config, weights.layers[n], rng));
+    for (std::size_t n = 0; n < N; ++n)
+      params.push_back(detail::draw_layer(config, weights.layers[n], rng, setup.uniform_weights));
     // caches[2n] is layer n's attention sublayer, caches[2n + 1] its FFN sublayer
     std::vector<detail::SublayerCache> caches(2 * N);
     ops::Matrix x = weights.embedding_layernorm
                         ? ops::layernorm_forward(sample_activations(L, d, weights.embedding_output, rng)).y
                         : sample_activations(L, d, weights.input, rng);
+    if (weights.embedding_layernorm) x = ((x * config.ln_gain).array() + config.ln_bias).matrix();
     fwd[0].add(x);
     norms[0].add(x);
     add_by_position(fwd_pos[0], x);
