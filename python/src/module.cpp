@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <iterator>
 #include <tuple>
@@ -289,7 +290,7 @@ void row_columns(Row& r, const std::string& prefix, F&& f) {
 // where the CLI prints null).
 py::dict trace_columns(const Trace& t) {
   const std::size_t rows = t.rows.size();
-  std::vector<std::pair<std::string, std::vector<double>>> columns;
+  std::deque<std::pair<std::string, std::vector<double>>> columns;  // references stay valid
   const auto column = [&](const std::string& name) -> std::vector<double>& {
     for (auto& c : columns)
       if (c.first == name) return c.second;
@@ -372,7 +373,9 @@ M moments_from(const py::kwargs& kw) {
     bool known = false;
     for_each_field(
         [&](double& x) {
-          if (key == M::field_names[k++]) {
+          const std::string field = M::field_names[k++];
+          // The attribute name (GradMoments: without "grad_") or the field's.
+          if (key == field || (field.rfind("grad_", 0) == 0 && key == field.substr(5))) {
             x = to_double(key, item.second);
             known = true;
           }
