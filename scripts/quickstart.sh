@@ -42,7 +42,8 @@ case "${1:-}" in
     # A virtual environment seeing Debian's numpy, pandas, matplotlib (and
     # torch, if installed); setup.py builds the extension in "$build".
     /usr/bin/python3 -m venv --system-site-packages .venv
-    SIGPROP_BUILD_DIR="$build" SIGPROP_JOBS="$jobs" .venv/bin/pip install --no-build-isolation --no-index . >/dev/null
+    SIGPROP_BUILD_DIR="$build" SIGPROP_JOBS="$jobs" .venv/bin/pip install --no-build-isolation --no-index \
+      --disable-pip-version-check --root-user-action=ignore . >/dev/null
     .venv/bin/python -c "import sigprop; print('sigprop', sigprop.__version__, 'installed in .venv')"
     ;;
   *)
