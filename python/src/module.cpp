@@ -36,8 +36,9 @@ namespace {
 
 constexpr const char* config_function = "sigprop.ModelConfig";
 
-// The Python ModelConfig: the model shape, its embedding input, the values
-// parsed but not modelled yet (grouped K/V heads), and the Hugging Face
+// The Python ModelConfig: the model shape, its embedding input, the K/V
+// head count (grouped-query attention changes no moment at initialization,
+// docs/decoders.md, so the trace does not read it), and the Hugging Face
 // config it came from, if any.
 struct PyModelConfig {
   ModelConfig config;
@@ -165,7 +166,7 @@ void bind_config_fields(ConfigClass& cls, const py::object& activation, const py
       cls, "kv_heads",
       [](const PyModelConfig& c) { return py::int_(c.kv_heads ? c.kv_heads : c.config.heads); },
       [](PyModelConfig& c, const py::handle& v) { c.kv_heads = to_count("kv_heads", v); },
-      "K/V heads (grouped-query attention); not modelled yet: traced as heads");
+      "K/V heads (grouped-query attention: no change to the moments at initialization, docs/decoders.md)");
   count_field(cls, "ffn_mult", SIGPROP_REF(c.config.ffn_mult), "FFN width multiple m (when ffn_width is not set)");
   add_field(
       cls, "ffn_width", [](const PyModelConfig& c) { return py::int_(c.config.hidden_width()); },
@@ -256,15 +257,6 @@ PyModelConfig from_hf(io::HfConfig h) {
   c.kv_heads = h.kv_heads;
   c.hf = std::move(h);
   return c;
-}
-
-// Grouped K/V heads are parsed but not modelled: say so once per call.
-void warn_unmodelled(const PyModelConfig& c) {
-  if (c.kv_heads && c.kv_heads != c.config.heads) {
-    const std::string message = "sigprop: kv_heads = " + std::to_string(c.kv_heads) + " (grouped K/V heads) is not "
-                                "modelled yet; traced with kv_heads = heads = " + std::to_string(c.config.heads);
-    PyErr_WarnEx(PyExc_UserWarning, message.c_str(), 1);
-  }
 }
 
 // ---- traces as columns ---------------------------------------------------
@@ -528,7 +520,6 @@ PYBIND11_MODULE(_sigprop, m) {
       "trace",
       [](const PyModelConfig& c, const ModelWeights& w, const GradMoments<double>& grad) {
         check_config(c);
-        warn_unmodelled(c);
         Trace t;
         {
           py::gil_scoped_release release;
@@ -547,7 +538,6 @@ PYBIND11_MODULE(_sigprop, m) {
           check_config(c);
           configs.push_back(c.config);
         }
-        if (!cs.empty()) warn_unmodelled(cs.front());
         std::vector<Trace> traces;
         {
           py::gil_scoped_release release;

@@ -6,9 +6,9 @@
 // gpt2 (Pre-LN decoder, learned positions) and llama, mistral, qwen2 (the
 // llama preset with the file's FFN width and rotary base). Every value the
 // file gives is kept in HfConfig; the ones ModelConfig cannot express yet
-// (grouped K/V heads, tanh GeLU, biases, norm epsilon, initializer range,
-// separate attention dropout) are listed in docs/python.md, "Hugging Face
-// configs". Optional: needs nlohmann-json and is included only where used.
+// (tanh GeLU, biases, norm epsilon, initializer range, separate attention
+// dropout) are listed in docs/python.md, "Hugging Face configs"; grouped K/V
+// heads change no moment at initialization (docs/decoders.md). Optional: needs nlohmann-json and is included only where used.
 #pragma once
 
 #include <cmath>
@@ -35,7 +35,7 @@ struct HfConfig {
   std::string model_type;
   ModelConfig config;  ///< arch, widths, activation, causal, rotary, seq_len, dropout
   InputSpec input;     ///< vocabulary, embedding tables, embedding LayerNorm
-  std::size_t kv_heads = 0;         ///< num_key_value_heads (GQA; = heads without it)
+  std::size_t kv_heads = 0;         ///< num_key_value_heads (GQA: no change at initialization)
   std::string activation;           ///< hidden_act / activation_function as written
   double norm_eps = 0;              ///< layer_norm_eps / layer_norm_epsilon / rms_norm_eps
   double initializer_range = 0.02;  ///< std of every weight in the Hugging Face init
