@@ -12,15 +12,10 @@
 #include "args.hpp"
 #include "domain_warning.hpp"
 #include "output.hpp"
+#include "run.hpp"
 #include "sigprop/sigprop.hpp"
 
 namespace sigprop::cli {
-
-struct ComponentResult {
-  Moments<double> forward;
-  GradMoments<double> backward;
-  Domain<double> domain;
-};
 
 namespace detail {
 

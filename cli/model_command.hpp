@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include "args.hpp"
 #include "domain_warning.hpp"
 #include "output.hpp"
+#include "sigprop/io/hf_config.hpp"
 #include "sigprop/models/measures.hpp"
 #include "sigprop/models/positions.hpp"
 #include "sigprop/models/schemes.hpp"
@@ -29,6 +31,7 @@ struct ModelSpec {
   WeightOverrides overrides;
   GradMoments<double> grad_top{1, 0};
   std::string format = "text";
+  std::string hf_model_type;  ///< the model_type of --hf-config FILE, if given
 };
 
 /// The deepest model a command traces (a trace holds every layer's moments:
@@ -65,7 +68,7 @@ inline const std::set<std::string>& model_flags() {
       "vocab", "tables", "input-var", "input-corr-len", "beta2-k", "beta2-alpha", "grad-var",
       "grad-corr-len", "format", "final-ln", "embedding-var", "q-var", "k-var", "v-var",
       "o-var", "ffn1-var", "ffn2-var", "rotary", "bias-var", "q-bias-var", "k-bias-var", "v-bias-var",
-      "o-bias-var", "ffn1-bias-var", "ffn2-bias-var", "ln-gain", "ln-bias"};
+      "o-bias-var", "ffn1-bias-var", "ffn2-bias-var", "ln-gain", "ln-bias", "hf-config"};
   return flags;
 }
 
@@ -105,15 +108,24 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   s.scheme = scheme_from_string(a.choice("scheme", scheme_list, "xavier"));
   const std::string arch =
       a.choice("arch", {"pre-ln", "post-ln", "no-ln", "llama", "gpt2"}, to_string(native_arch(s.scheme)));
-  c.layers = require_layers(static_cast<std::size_t>(a.count("layers", 12)));
-  c.d = static_cast<std::size_t>(a.count("d", 768));
-  c.heads = static_cast<std::size_t>(a.count("heads", 12));
-  c.ffn_mult = static_cast<std::size_t>(a.count("ffn-mult", 4));
-  c.seq_len = static_cast<std::size_t>(a.count("seq", 256));
-  c.dropout = 0.1;
-  c.activation = FfnActivation::relu;
+  // --hf-config FILE: the file's model (io/hf_config.hpp) replaces the
+  // defaults; flags given with it replace the file's values.
+  std::optional<io::HfConfig> hf;
+  if (a.has("hf-config")) {
+    hf = io::read_hf_config(a.text("hf-config", ""), a.has("seq") ? std::optional<std::size_t>(static_cast<std::size_t>(
+                                                                        a.count("seq", 256)))
+                                                                  : std::nullopt);
+    c = hf->config;
+    s.input = hf->input;
+    s.hf_model_type = hf->model_type;
+  }
+  c.layers = require_layers(static_cast<std::size_t>(a.count("layers", static_cast<double>(c.layers))));
+  c.d = static_cast<std::size_t>(a.count("d", static_cast<double>(c.d)));
+  c.heads = static_cast<std::size_t>(a.count("heads", static_cast<double>(c.heads)));
+  c.ffn_mult = static_cast<std::size_t>(a.count("ffn-mult", static_cast<double>(c.ffn_mult)));
+  c.seq_len = static_cast<std::size_t>(a.count("seq", static_cast<double>(c.seq_len)));
   // The decoder presets set the activation, dropout and FFN; explicit flags win.
-  c = with_architecture(c, arch);
+  if (!hf || a.has("arch")) c = with_architecture(c, arch);
   if (a.has("ffn-mult")) c.ffn_hidden = 0;
   if (a.has("activation")) {
     const std::string act = a.choice("activation", {"relu", "gelu", "silu"}, "relu");
@@ -126,7 +138,7 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   if (c.d % c.heads != 0)
     throw usage_error("--heads = " + std::to_string(c.heads) + " is outside the valid range: a divisor of --d = " +
                       std::to_string(c.d));
-  c.rotary_base = parse_rotary(a, static_cast<double>(c.d / c.heads));
+  if (!hf || a.has("rotary")) c.rotary_base = parse_rotary(a, static_cast<double>(c.d / c.heads));
   c.final_layernorm = c.final_layernorm || a.has("final-ln");
   c.ln_gain = a.number("ln-gain", 1);
   c.ln_bias = a.number("ln-bias", 0);
@@ -137,7 +149,7 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   if (c.final_layernorm && c.arch != Arch::pre_ln)
     throw usage_error("--final-ln applies to --arch pre-ln only");
 
-  s.input.vocab = a.count("vocab", 32000);
+  s.input.vocab = a.count("vocab", s.input.vocab);
   if (a.has("tables")) {
     s.input.token = s.input.position = s.input.segment = false;
     for (const std::string& t : split(a.text("tables", ""), ',')) {
@@ -201,6 +213,7 @@ inline std::string describe(const ModelSpec& s) {
     << ", p = " << c.dropout;
   if (c.rotary_base != 0) o << ", rotary base " << c.rotary_base;
   if (c.ln_gain != 1 || c.ln_bias != 0) o << ", norm gain " << c.ln_gain << " bias " << c.ln_bias;
+  if (!s.hf_model_type.empty()) o << " (" << s.hf_model_type << " config)";
   return o.str();
 }
 

@@ -80,6 +80,27 @@ std::vector<std::string> component_names() {
   return names;
 }
 
+std::vector<ComponentInfo> components() {
+  std::vector<ComponentInfo> all;
+  for (const auto& e : detail::component_table())
+    all.push_back({e.name, std::vector<std::string>(e.flags.begin(), e.flags.end()), e.help});
+  return all;
+}
+
+ComponentResult evaluate_component(const std::string& name, const std::vector<std::string>& parameters,
+                                   const Moments<double>& in, const GradMoments<double>& grad) {
+  const detail::ComponentEntry* entry = detail::find_component(name);
+  if (!entry) throw usage_error("component: unknown NAME '" + name + "'");
+  const Args args(parameters, entry->flags);
+  if (!args.positional().empty())
+    throw usage_error("component: unexpected argument '" + args.positional()[0] + "'");
+  return entry->run(args, in, grad);
+}
+
+std::vector<SweepRow> sweep_table(const std::vector<std::string>& words) {
+  return sweep_rows(parse_sweep(Args(words, sweep_flags())));
+}
+
 /// The whole tool. `args` excludes the program name.
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const auto wants_help = [](const std::vector<std::string>& w) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "args.hpp"
 #include "model_command.hpp"
 #include "output.hpp"
+#include "run.hpp"
 #include "sigprop/models/sweep.hpp"
 
 namespace sigprop::cli {
@@ -94,9 +96,22 @@ inline std::vector<std::string> word_list(const Args& a, const std::string& flag
 
 }  // namespace detail
 
-inline int sweep_command(const std::vector<std::string>& words, std::ostream& out, std::ostream&) {
-  const Args a(words, {"arch", "scheme", "layers", "d", "dropout", "beta2-k", "beta2-alpha", "head-dim", "ffn-mult",
-                       "activation", "seq", "bounds", "format", "rotary", "bias-var", "ln-gain", "ln-bias"});
+/// The flags of `sigprop sweep`.
+inline const std::set<std::string>& sweep_flags() {
+  static const std::set<std::string> flags = {"arch",     "scheme",     "layers",   "d",   "dropout",
+                                              "beta2-k",  "beta2-alpha", "head-dim", "ffn-mult", "activation",
+                                              "seq",      "bounds",     "format",   "rotary", "hf-config", "bias-var", "ln-gain", "ln-bias"};
+  return flags;
+}
+
+/// A parsed grid: its points in the order of the output, the bounds, the format.
+struct SweepGrid {
+  std::vector<SweepPoint> points;
+  SweepBounds bounds;
+  std::string format;
+};
+
+inline SweepGrid parse_sweep(const Args& a) {
   if (!a.positional().empty()) throw usage_error("sweep: unexpected argument '" + a.positional()[0] + "'");
   std::vector<std::string> scheme_options;
   for (const SchemeInfo& i : sigprop::schemes()) scheme_options.push_back(i.name);
@@ -104,17 +119,24 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
   // "" stands for each scheme's own architecture.
   const auto archs = a.has("arch") ? detail::word_list(a, "arch", "", {"pre-ln", "post-ln", "no-ln", "llama", "gpt2"})
                                    : std::vector<std::string>{""};
-  const auto layers = detail::count_list(a, "layers", "48");
+  // --hf-config FILE: every point starts from the file's model
+  // (io/hf_config.hpp); the grid flags given replace its values.
+  std::optional<io::HfConfig> hf;
+  if (a.has("hf-config"))
+    hf = io::read_hf_config(a.text("hf-config", ""), a.has("seq") ? std::optional<std::size_t>(static_cast<std::size_t>(
+                                                                        a.count("seq", 256)))
+                                                                  : std::nullopt);
+  const auto layers = detail::count_list(a, "layers", hf ? std::to_string(hf->config.layers) : "48");
   for (std::size_t n : layers) require_layers(n);
-  const auto widths = detail::count_list(a, "d", "512");
-  const auto dropouts = detail::number_list(a, "dropout", "0.1");
+  const auto widths = detail::count_list(a, "d", hf ? std::to_string(hf->config.d) : "512");
+  const auto dropouts = detail::number_list(a, "dropout", hf ? exact(hf->config.dropout) : "0.1");
   const auto ks = detail::number_list(a, "beta2-k", "2");
   const auto alphas = detail::number_list(a, "beta2-alpha", "1");
   const bool scaling_given = a.has("beta2-k") || a.has("beta2-alpha");
-  const double head_dim = a.count("head-dim", 64);
+  const double head_dim = a.count("head-dim", hf ? static_cast<double>(hf->config.head_width()) : 64);
   const double ffn_mult = a.count("ffn-mult", 4);
-  const double seq = a.count("seq", 256);
-  const double rotary = parse_rotary(a, head_dim);
+  const double seq = a.count("seq", hf ? static_cast<double>(hf->config.seq_len) : 256);
+  const double rotary = hf && !a.has("rotary") ? hf->config.rotary_base : parse_rotary(a, head_dim);
   if (seq < 2) throw usage_error("--seq = 1 is outside the valid range: a whole number >= 2");
   const std::string activation = a.choice("activation", {"relu", "gelu", "silu"}, "relu");
   const auto bounds_list = detail::number_list(a, "bounds", "0.5,2");
@@ -143,6 +165,11 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
                 ModelConfig& c = pt.config;
                 pt.scheme = scheme_from_string(scheme);
                 c.activation = activation_of(activation);
+                if (hf) {
+                  c = hf->config;
+                  pt.input = hf->input;
+                  if (a.has("ffn-mult")) c.ffn_hidden = 0;
+                }
                 c.layers = n;
                 c.d = d;
                 if (d < 4 || d % static_cast<std::size_t>(head_dim) != 0)
@@ -152,10 +179,17 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
                 c.ffn_mult = static_cast<std::size_t>(ffn_mult);
                 c.seq_len = static_cast<std::size_t>(seq);
                 c.rotary_base = rotary;
-                c = with_architecture(c, arch.empty() ? to_string(native_arch(pt.scheme)) : arch);
-                // The presets set the activation and dropout; explicit flags win.
-                if (a.has("activation") || (arch != "llama" && arch != "gpt2")) c.activation = activation_of(activation);
-                if (a.has("dropout") || arch != "llama") c.dropout = p;
+                if (hf) {
+                  // The file's architecture unless --arch is given.
+                  if (!arch.empty()) c = with_architecture(c, arch);
+                  if (a.has("activation")) c.activation = activation_of(activation);
+                  c.dropout = p;
+                } else {
+                  c = with_architecture(c, arch.empty() ? to_string(native_arch(pt.scheme)) : arch);
+                  // The presets set the activation and dropout; explicit flags win.
+                  if (a.has("activation") || (arch != "llama" && arch != "gpt2")) c.activation = activation_of(activation);
+                  if (a.has("dropout") || arch != "llama") c.dropout = p;
+                }
                 pt.scaling = {k, alpha, scaling_given};
                 pt.overrides = overrides;
                 c.ln_gain = ln_gain;
@@ -166,27 +200,45 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
                 points.push_back(pt);
               }
   if (points.size() > 1000000) throw usage_error("the grid has " + std::to_string(points.size()) + " points (at most 1000000)");
-  const std::vector<SweepSummary> results = sweep(points, bounds);
+  return {std::move(points), bounds, format};
+}
+
+/// Every point of `grid` with its summary, as the rows of the output.
+inline std::vector<SweepRow> sweep_rows(const SweepGrid& grid) {
+  const std::vector<SweepSummary> results = sweep(grid.points, grid.bounds);
+  std::vector<SweepRow> rows;
+  for (std::size_t i = 0; i < grid.points.size(); ++i) {
+    const SweepPoint& pt = grid.points[i];
+    const bool scaled = pt.scaling.enabled || pt.scheme == Scheme::dslm || pt.scheme == Scheme::dslm_simple;
+    rows.push_back({architecture_name(pt.config), to_string(pt.scheme), pt.config.layers, pt.config.d,
+                    pt.config.heads, pt.config.dropout, scaled ? pt.scaling.k : NAN, scaled ? pt.scaling.alpha : NAN,
+                    results[i]});
+  }
+  return rows;
+}
+
+inline int sweep_command(const std::vector<std::string>& words, std::ostream& out, std::ostream&) {
+  const SweepGrid grid = parse_sweep(Args(words, sweep_flags()));
+  const std::vector<SweepRow> rows = sweep_rows(grid);
 
   const char* columns[] = {"arch", "scheme", "layers", "d", "heads", "dropout", "beta2_k", "beta2_alpha",
                            "final_var", "final_corr_len", "var_min", "var_max", "grad_min", "grad_max",
                            "grad_ratio", "within_bounds", "outside_domain", "output_change", "sensitivity", "overflow"};
-  const bool csv = format == "csv";
+  const bool csv = grid.format == "csv";
   RecordWriter records(out, csv, {std::begin(columns), std::end(columns)});
-  for (std::size_t i = 0; i < points.size(); ++i) {
-    const SweepPoint& pt = points[i];
-    const SweepSummary& s = results[i];
-    const bool scaled = pt.scaling.enabled || pt.scheme == Scheme::dslm || pt.scheme == Scheme::dslm_simple;
+  for (const SweepRow& row : rows) {
+    const SweepSummary& s = row.summary;
+    const bool scaled = !std::isnan(row.beta2_k);
     const auto flag = [csv](bool b) { return std::string(csv ? (b ? "1" : "0") : (b ? "true" : "false")); };
     const auto text = [csv](const std::string& w) { return csv ? w : quoted(w); };
     // An overflowed trace (the design diverges) has no figures: empty in csv, null in json.
     const std::string missing = csv ? "" : "null";
     const auto figure = [&](double x) { return s.overflow ? missing : exact(x); };
     const std::vector<std::string> v = {
-        text(architecture_name(pt.config)), text(to_string(pt.scheme)),
-        std::to_string(pt.config.layers), std::to_string(pt.config.d), std::to_string(pt.config.heads),
-        exact(pt.config.dropout), scaled ? exact(pt.scaling.k) : (csv ? "" : "null"),
-        scaled ? exact(pt.scaling.alpha) : (csv ? "" : "null"), figure(s.final_var), figure(s.final_corr_len),
+        text(row.arch), text(row.scheme),
+        std::to_string(row.layers), std::to_string(row.d), std::to_string(row.heads),
+        exact(row.dropout), scaled ? exact(row.beta2_k) : (csv ? "" : "null"),
+        scaled ? exact(row.beta2_alpha) : (csv ? "" : "null"), figure(s.final_var), figure(s.final_corr_len),
         figure(s.var_min), figure(s.var_max), figure(s.grad_min), figure(s.grad_max), figure(s.grad_ratio),
         flag(s.within_bounds), flag(s.outside_domain), figure(s.output_change),
         s.overflow || !(csv || std::isfinite(s.sensitivity)) ? missing : exact(s.sensitivity),  // +inf: a sublayer without skip

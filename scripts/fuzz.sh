@@ -24,7 +24,7 @@ esac
 
 # shellcheck source=packages.sh
 source scripts/packages.sh
-ensure_packages cmake make clang libclang-rt-14-dev libeigen3-dev libboost-dev
+ensure_packages cmake make clang libclang-rt-14-dev libeigen3-dev libboost-dev nlohmann-json3-dev
 
 build=${SIGPROP_FUZZ_BUILD_DIR:-build-fuzz}
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIGPROP_WERROR=ON \

@@ -18,7 +18,7 @@ tests=${SIGPROP_SANITIZE_TESTS:-$default_tests}
 
 # shellcheck source=packages.sh
 source scripts/packages.sh
-ensure_packages cmake make clang libclang-rt-14-dev libeigen3-dev libboost-dev catch2
+ensure_packages cmake make clang libclang-rt-14-dev libeigen3-dev libboost-dev nlohmann-json3-dev catch2
 
 build=${SIGPROP_SANITIZE_BUILD_DIR:-build-asan}
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -29,7 +29,8 @@ flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-po
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None -DSIGPROP_WERROR=ON \
   -DSIGPROP_BINARY_ARCH=portable \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DSIGPROP_BUILD_TESTS=ON -DSIGPROP_UNITY_TESTS=OFF -DSIGPROP_BUILD_EXAMPLES=OFF -DSIGPROP_INSTALL=OFF >/dev/null
+  -DSIGPROP_BUILD_TESTS=ON -DSIGPROP_UNITY_TESTS=OFF -DSIGPROP_BUILD_EXAMPLES=OFF -DSIGPROP_BUILD_PYTHON=OFF \
+  -DSIGPROP_INSTALL=OFF >/dev/null
 
 targets=()
 for source in tests/test_*.cpp; do
