@@ -38,7 +38,9 @@ inline void sweep_usage(std::ostream& out) {
          "                       (dslm schemes always; other schemes only when given)\n"
          "fixed for the whole grid:\n"
          "  --head-dim K (64, heads = d/K)  --ffn-mult M (4)  --activation relu|gelu|silu (relu)\n"
-         "  --seq L (256)  --bounds LO,HI (0.5,2)  --rotary BASE (0: none; as in sigprop table)\n";
+         "  --seq L (256)  --bounds LO,HI (0.5,2)  --rotary BASE (0: none; as in sigprop table)\n"
+         "  --attn-dropout P (each point's --dropout)  --ffn-dropout P (0)  --initializer-range R\n"
+         "         (0.02): as in sigprop table\n";
 }
 
 namespace detail {
@@ -95,7 +97,8 @@ inline std::vector<std::string> word_list(const Args& a, const std::string& flag
 
 inline int sweep_command(const std::vector<std::string>& words, std::ostream& out, std::ostream&) {
   const Args a(words, {"arch", "scheme", "layers", "d", "dropout", "beta2-k", "beta2-alpha", "head-dim", "ffn-mult",
-                       "activation", "seq", "bounds", "format", "rotary"});
+                       "activation", "seq", "bounds", "format", "rotary", "attn-dropout", "ffn-dropout",
+                       "initializer-range"});
   if (!a.positional().empty()) throw usage_error("sweep: unexpected argument '" + a.positional()[0] + "'");
   std::vector<std::string> scheme_options;
   for (const SchemeInfo& i : sigprop::schemes()) scheme_options.push_back(i.name);
@@ -122,6 +125,10 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
   const SweepBounds bounds{bounds_list[0], bounds_list[1]};
   const std::string format = a.choice("format", {"csv", "json"}, "csv");
   for (double p : dropouts) require_probability("sigprop", "--dropout", p);
+  const double ffn_dropout = a.number("ffn-dropout", 0), initializer_range = a.number("initializer-range", 0.02);
+  require_probability("sigprop", "--ffn-dropout", ffn_dropout);
+  require_positive("sigprop", "--initializer-range", initializer_range);
+  if (a.has("attn-dropout")) require_probability("sigprop", "--attn-dropout", a.number("attn-dropout", 0));
   for (double k : ks) require_positive("sigprop", "--beta2-k", k);
 
   std::vector<SweepPoint> points;
@@ -145,10 +152,14 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
                 c.ffn_mult = static_cast<std::size_t>(ffn_mult);
                 c.seq_len = static_cast<std::size_t>(seq);
                 c.rotary_base = rotary;
-                c = with_architecture(c, arch.empty() ? to_string(native_arch(pt.scheme)) : arch);
+                const std::string name = arch.empty() ? native_architecture(pt.scheme) : arch;
+                c = with_architecture(c, name);
                 // The presets set the activation and dropout; explicit flags win.
-                if (a.has("activation") || (arch != "llama" && arch != "gpt2")) c.activation = activation_of(activation);
-                if (a.has("dropout") || arch != "llama") c.dropout = p;
+                if (a.has("activation") || (name != "llama" && name != "gpt2")) c.activation = activation_of(activation);
+                if (a.has("dropout") || name != "llama") c.dropout = p;
+                if (a.has("attn-dropout")) c.attention_dropout = a.number("attn-dropout", 0);
+                c.ffn_dropout = ffn_dropout;
+                c.initializer_range = initializer_range;
                 pt.scaling = {k, alpha, scaling_given};
                 require_beta2(pt.scaling, pt.scheme, n);
                 points.push_back(pt);

@@ -4,10 +4,14 @@
 // dropout on the output. LayerNorm placement is left to the stack.
 //
 // Reference: Kedia et al. (ICML 2024), appendix C.1. Built by composition:
-//   serial(multi_head(Attention(d, d/H, L, q, k, v, p), H), Linear(d, d, o), Dropout(p)),
+//   serial(multi_head(Attention(d, d/H, L, q, k, v, p_attn), H), Linear(d, d, o), Dropout(p)),
+// p_attn the dropout on the probabilities (GPT-2's attn_pdrop; p unless given),
 // and the decoder's block with CausalAttention in place of Attention; either
 // with rotary position embeddings on every head (components/detail/rotary.hpp).
 #pragma once
+
+#include <optional>
+#include <type_traits>
 
 #include "sigprop/blocks/multi_head.hpp"
 #include "sigprop/components/attention.hpp"
@@ -27,14 +31,16 @@ struct AttentionWeights {
 template <class T>
 using AttentionBlock = Serial<T, MultiHead<T, Attention<T>>, Linear<T>, Dropout<T>>;
 
-/// The attention block for width d, H heads, sequence length L, dropout p.
+/// The attention block for width d, H heads, sequence length L, dropout p on
+/// the output and `attention_p` (default p) on the attention probabilities.
 template <class T>
 AttentionBlock<T> attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
                                   AttentionGradient gradient = AttentionGradient::all_paths,
-                                  RotaryEmbedding rotary = {}) {
+                                  RotaryEmbedding rotary = {}, const std::optional<std::common_type_t<T>>& attention_p = {}) {
   require_width("sigprop::attention_block", "heads", heads);
   require_width("sigprop::attention_block", "d / heads", T(d / heads));
-  return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient, rotary), heads),
+  const T p_attn = attention_p ? *attention_p : p;
+  return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p_attn, gradient, rotary), heads),
                 Linear<T>(d, d, w.o), Dropout<T>(p));
 }
 
@@ -45,10 +51,11 @@ using CausalAttentionBlock = Serial<T, MultiHead<T, CausalAttention<T>>, Linear<
 template <class T>
 CausalAttentionBlock<T> causal_attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
                                               AttentionGradient gradient = AttentionGradient::all_paths,
-                                              RotaryEmbedding rotary = {}) {
+                                              RotaryEmbedding rotary = {}, const std::optional<std::common_type_t<T>>& attention_p = {}) {
   require_width("sigprop::causal_attention_block", "heads", heads);
   require_width("sigprop::causal_attention_block", "d / heads", T(d / heads));
-  return serial(multi_head(CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient, rotary), heads),
+  const T p_attn = attention_p ? *attention_p : p;
+  return serial(multi_head(CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p_attn, gradient, rotary), heads),
                 Linear<T>(d, d, w.o), Dropout<T>(p));
 }
 

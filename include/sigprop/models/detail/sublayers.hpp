@@ -41,10 +41,11 @@ struct StackShape {
   RotaryEmbedding rotary;
   std::size_t layers = 0;
   T d, heads, hidden, seq_len, dropout;  ///< hidden: the FFN's hidden width
+  T attention_dropout, ffn_dropout;      ///< on the attention probabilities; after the FFN activation
 
   /// The sizes that may differ from lane to lane (see Moments::fields).
-  auto fields() { return std::tie(d, heads, hidden, seq_len, dropout); }
-  auto fields() const { return std::tie(d, heads, hidden, seq_len, dropout); }
+  auto fields() { return std::tie(d, heads, hidden, seq_len, dropout, attention_dropout, ffn_dropout); }
+  auto fields() const { return std::tie(d, heads, hidden, seq_len, dropout, attention_dropout, ffn_dropout); }
 };
 
 /// The weights of one layer for every lane of a batch (LayerWeights, lane-wise).
@@ -90,6 +91,8 @@ inline StackShape<double> shape_of(const ModelConfig& c) {
   s.hidden = static_cast<double>(c.hidden_width());
   s.seq_len = static_cast<double>(c.seq_len);
   s.dropout = c.dropout;
+  s.attention_dropout = c.attention_p();
+  s.ffn_dropout = c.ffn_dropout;
   return s;
 }
 
@@ -235,12 +238,12 @@ BranchIO<T> branch_io(const StackShape<T>& s, const W& w, Sublayer which, const 
 template <class T, class W>
 auto make_attention_block(const StackShape<T>& s, const W& w) {
   return attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
-                            s.attention_gradient, s.rotary);
+                            s.attention_gradient, s.rotary, s.attention_dropout);
 }
 
 template <class Activation, class T, class W>
 auto make_ffn_block(const StackShape<T>& s, const W& w) {
-  return ffn_block<Activation>(s.d, T(s.hidden / s.d), T(w.ffn1), T(w.ffn2), s.dropout);
+  return ffn_block<Activation>(s.d, T(s.hidden / s.d), T(w.ffn1), T(w.ffn2), s.dropout, s.ffn_dropout);
 }
 
 // The block of sublayer `which` as the shape says (full or causal attention;
@@ -250,10 +253,11 @@ auto with_block(const StackShape<T>& s, const W& w, Sublayer which, Apply apply)
   if (which == Sublayer::attention) {
     if (s.causal)
       return apply(causal_attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
-                                             s.attention_gradient, s.rotary));
+                                             s.attention_gradient, s.rotary, s.attention_dropout));
     return apply(make_attention_block(s, w));
   }
-  if (s.gated) return apply(glu_ffn_block<Activation>(s.d, s.hidden, T(w.ffn1), T(w.ffn_gate), T(w.ffn2), s.dropout));
+  if (s.gated)
+    return apply(glu_ffn_block<Activation>(s.d, s.hidden, T(w.ffn1), T(w.ffn_gate), T(w.ffn2), s.dropout, s.ffn_dropout));
   return apply(make_ffn_block<Activation>(s, w));
 }
 
