@@ -79,36 +79,40 @@ Misses check_rows(const char* label, const Run& r) {
 
 TEST_CASE("dropout placement: FFN hidden dropout against whole-model simulation", "[dropout][models][montecarlo]") {
   // PyTorch's stock encoder layer: Post-LN, dropout p after the FFN
-  // activation as well. Traced without it, the correlation is 0.02-0.03
-  // low and the gradient 2-4 % high in the lower rows (docs/models.md).
+  // activation as well. Traced without it, the correlation is 0.01-0.04
+  // high (10-17 standard errors in rows 3-4 at 128 trials) and the
+  // gradient 4-7 % low (docs/models.md, "Dropout").
   ModelConfig c = encoder(Arch::post_ln);
   c.ffn_dropout = 0.1;
   ModelConfig without = c;
   without.ffn_dropout = 0;
-  const Misses m = check_rows("post-ln ffn dropout", run(c, without, 32, 11));
-  CHECK(m.corr >= 3);
+  const Misses m = check_rows("post-ln ffn dropout", run(c, without, 128, 11));
+  CHECK(m.corr >= 2);
 }
 
 TEST_CASE("dropout placement: attention dropout apart from the residual dropout", "[dropout][models][montecarlo]") {
   // p = 0.1 on the block outputs, 0.3 on the attention probabilities; the
-  // other: 0.1 everywhere.
+  // other: 0.1 everywhere (its gradient is 11 % low in row 1, its
+  // correlation 0.02 high in rows 2-4).
   ModelConfig c = encoder(Arch::pre_ln);
   c.attention_dropout = 0.3;
   ModelConfig same = c;
   same.attention_dropout.reset();
-  const Misses m = check_rows("pre-ln attention dropout 0.3", run(c, same, 32, 12));
-  CHECK(m.corr >= 3);
+  const Misses m = check_rows("pre-ln attention dropout 0.3", run(c, same, 128, 12));
+  CHECK(m.corr + m.grad >= 3);
 }
 
 TEST_CASE("dropout placement: gated FFN (Llama) with hidden and output dropout", "[dropout][decoders][montecarlo]") {
+  // Dropout on the gated product act(x W1) * (x V); without it the
+  // correlation is 0.02-0.04 high in rows 2-4.
   ModelConfig c = encoder(Arch::pre_ln);
   c = with_architecture(c, "llama");
   c.dropout = 0.1;
-  c.ffn_dropout = 0.2;
+  c.ffn_dropout = 0.3;
   ModelConfig without = c;
   without.ffn_dropout = 0;
-  const Misses m = check_rows("llama ffn dropout 0.2", run(c, without, 32, 13));
-  CHECK(m.corr + m.grad >= 2);
+  const Misses m = check_rows("llama ffn dropout 0.3", run(c, without, 128, 13));
+  CHECK(m.corr >= 2);
 }
 
 TEST_CASE("dropout placement: the defaults keep one p everywhere, and bad values are named", "[dropout][errors]") {
