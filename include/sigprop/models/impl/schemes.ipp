@@ -139,6 +139,7 @@ SIGPROP_DECL ModelWeights initialize(const ModelConfig& config, Scheme scheme, c
   const double hidden = static_cast<double>(config.hidden_width()), p = config.dropout;
   const double N = static_cast<double>(config.layers), range2 = config.initializer_range * config.initializer_range;
   if (scheme == Scheme::dslm || scheme == Scheme::dslm_simple) scaling.enabled = true;
+  check_result(fn, "initializer_range^2", range2);
 
   // Per-entry variances of the xavier row, the base of most schemes.
   LayerWeights xavier;
