@@ -65,6 +65,7 @@ inline void require_beta2(const ResidualScaling& scaling, Scheme scheme, std::si
 inline const std::set<std::string>& model_flags() {
   static const std::set<std::string> flags = {
       "arch", "scheme", "layers", "d", "heads", "ffn-mult", "activation", "seq", "dropout",
+      "attn-dropout", "ffn-dropout", "initializer-range",
       "vocab", "tables", "input-var", "input-corr-len", "beta2-k", "beta2-alpha", "grad-var",
       "grad-corr-len", "format", "final-ln", "embedding-var", "q-var", "k-var", "v-var",
       "o-var", "ffn1-var", "ffn2-var", "rotary", "bias-var", "q-bias-var", "k-bias-var", "v-bias-var",
@@ -77,12 +78,17 @@ inline void model_flags_usage(std::ostream& out) {
          "  --scheme NAME (xavier): " << scheme_names("|") << "\n"
          "  --arch pre-ln|post-ln|no-ln|llama|gpt2 (the scheme's own: pre-ln for xavier, bert, dslm,\n"
          "         dslm-simple, layerscale and the spike schemes; post-ln for admin,\n"
-         "         admin-code, deepnet, ds-init; no-ln for t-fixup, rezero, skipinit);\n"
+         "         admin-code, deepnet, ds-init; no-ln for t-fixup, rezero, skipinit;\n"
+         "         gpt2 and llama for their schemes);\n"
          "         llama: pre-RMSNorm, causal, SwiGLU of width 8d/3, no dropout, final norm;\n"
          "         gpt2: pre-LN, causal, GeLU, final LayerNorm (docs/decoders.md)\n"
          "  --final-ln (Pre-LN: LayerNorm after the last layer)\n"
          "  --layers N (12)  --d D (768)  --heads H (12)  --ffn-mult M (4)\n"
          "  --activation relu|gelu|silu (relu)  --seq L (256)  --dropout P (0.1)\n"
+         "  --attn-dropout P (--dropout) on the attention probabilities (GPT-2's attn_pdrop)\n"
+         "  --ffn-dropout P (0) after the FFN activation, or on the gated product (PyTorch's\n"
+         "         nn.TransformerEncoderLayer: P = --dropout; BERT, GPT-2: 0)\n"
+         "  --initializer-range R (0.02) the std of the bert, gpt2 and llama schemes\n"
          "  --rotary BASE (0: none) rotary position embeddings on every head's queries and\n"
          "         keys, pair j turned by i BASE^(-2j/d_k) at position i (Llama: 10000)\n"
          "input (an embedding, then dropout; or measured moments):\n"
@@ -107,7 +113,7 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   for (const SchemeInfo& i : schemes()) scheme_list.push_back(i.name);
   s.scheme = scheme_from_string(a.choice("scheme", scheme_list, "xavier"));
   const std::string arch =
-      a.choice("arch", {"pre-ln", "post-ln", "no-ln", "llama", "gpt2"}, to_string(native_arch(s.scheme)));
+      a.choice("arch", {"pre-ln", "post-ln", "no-ln", "llama", "gpt2"}, native_architecture(s.scheme));
   // --hf-config FILE: the file's model (io/hf_config.hpp) replaces the
   // defaults; flags given with it replace the file's values.
   std::optional<io::HfConfig> hf;
@@ -133,6 +139,12 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   }
   c.dropout = a.number("dropout", c.dropout);
   require_probability(fn, "--dropout", c.dropout);
+  if (a.has("attn-dropout")) c.attention_dropout = a.number("attn-dropout", 0);
+  c.ffn_dropout = a.number("ffn-dropout", c.ffn_dropout);
+  c.initializer_range = a.number("initializer-range", c.initializer_range);
+  require_probability(fn, "--attn-dropout", c.attention_p());
+  require_probability(fn, "--ffn-dropout", c.ffn_dropout);
+  require_positive(fn, "--initializer-range", c.initializer_range);
   if (c.d < 4) throw usage_error("--d = " + std::to_string(c.d) + " is outside the valid range: a whole number >= 4");
   if (c.seq_len < 2) throw usage_error("--seq = 1 is outside the valid range: a whole number >= 2");
   if (c.d % c.heads != 0)
@@ -211,6 +223,9 @@ inline std::string describe(const ModelSpec& s) {
     << ", d = " << c.d << ", H = " << c.heads << ", FFN width " << c.hidden_width() << ", "
     << to_string(c.activation) << ", L = " << c.seq_len
     << ", p = " << c.dropout;
+  if (c.attention_p() != c.dropout) o << ", attention p = " << c.attention_p();
+  if (c.ffn_dropout != 0) o << ", FFN hidden p = " << c.ffn_dropout;
+  if (c.initializer_range != 0.02) o << ", initializer range " << c.initializer_range;
   if (c.rotary_base != 0) o << ", rotary base " << c.rotary_base;
   if (c.ln_gain != 1 || c.ln_bias != 0) o << ", norm gain " << c.ln_gain << " bias " << c.ln_bias;
   if (!s.hf_model_type.empty()) o << " (" << s.hf_model_type << " config)";

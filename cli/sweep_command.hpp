@@ -41,7 +41,9 @@ inline void sweep_usage(std::ostream& out) {
          "fixed for the whole grid:\n"
          "  --head-dim K (64, heads = d/K)  --ffn-mult M (4)  --activation relu|gelu|silu (relu)\n"
          "  --seq L (256)  --bounds LO,HI (0.5,2)  --rotary BASE (0: none; as in sigprop table)\n"
-         "  --bias-var V (every bias; 0)  --ln-gain G (1)  --ln-bias B (0)   as in sigprop table\n";
+         "  --bias-var V (every bias; 0)  --ln-gain G (1)  --ln-bias B (0)   as in sigprop table\n"
+         "  --attn-dropout P (each point's --dropout)  --ffn-dropout P (0)  --initializer-range R\n"
+         "         (0.02): as in sigprop table\n";
 }
 
 namespace detail {
@@ -100,7 +102,8 @@ inline std::vector<std::string> word_list(const Args& a, const std::string& flag
 inline const std::set<std::string>& sweep_flags() {
   static const std::set<std::string> flags = {"arch",     "scheme",     "layers",   "d",   "dropout",
                                               "beta2-k",  "beta2-alpha", "head-dim", "ffn-mult", "activation",
-                                              "seq",      "bounds",     "format",   "rotary", "hf-config", "bias-var", "ln-gain", "ln-bias"};
+                                              "seq",      "bounds",     "format",   "rotary", "hf-config", "bias-var", "ln-gain", "ln-bias",
+                                              "attn-dropout", "ffn-dropout", "initializer-range"};
   return flags;
 }
 
@@ -145,6 +148,10 @@ inline SweepGrid parse_sweep(const Args& a) {
   const SweepBounds bounds{bounds_list[0], bounds_list[1]};
   const std::string format = a.choice("format", {"csv", "json"}, "csv");
   for (double p : dropouts) require_probability("sigprop", "--dropout", p);
+  const double ffn_dropout = a.number("ffn-dropout", 0), initializer_range = a.number("initializer-range", 0.02);
+  require_probability("sigprop", "--ffn-dropout", ffn_dropout);
+  require_positive("sigprop", "--initializer-range", initializer_range);
+  if (a.has("attn-dropout")) require_probability("sigprop", "--attn-dropout", a.number("attn-dropout", 0));
   for (double k : ks) require_positive("sigprop", "--beta2-k", k);
   WeightOverrides overrides;
   if (a.has("bias-var")) overrides.bias = a.number("bias-var", 0);
@@ -185,11 +192,15 @@ inline SweepGrid parse_sweep(const Args& a) {
                   if (a.has("activation")) c.activation = activation_of(activation);
                   c.dropout = p;
                 } else {
-                  c = with_architecture(c, arch.empty() ? to_string(native_arch(pt.scheme)) : arch);
+                  const std::string name = arch.empty() ? native_architecture(pt.scheme) : arch;
+                  c = with_architecture(c, name);
                   // The presets set the activation and dropout; explicit flags win.
-                  if (a.has("activation") || (arch != "llama" && arch != "gpt2")) c.activation = activation_of(activation);
-                  if (a.has("dropout") || arch != "llama") c.dropout = p;
+                  if (a.has("activation") || (name != "llama" && name != "gpt2")) c.activation = activation_of(activation);
+                  if (a.has("dropout") || name != "llama") c.dropout = p;
                 }
+                if (a.has("attn-dropout")) c.attention_dropout = a.number("attn-dropout", 0);
+                c.ffn_dropout = ffn_dropout;
+                c.initializer_range = initializer_range;
                 pt.scaling = {k, alpha, scaling_given};
                 pt.overrides = overrides;
                 c.ln_gain = ln_gain;

@@ -389,7 +389,7 @@ TEST_CASE("cli: every scheme by name, with its own architecture unless --arch is
     const Outcome t = run_cli({"table", "--scheme", i.name, "--layers", "3", "--d", "64", "--heads", "2", "--seq", "32"});
     INFO(i.name << ": " << t.err);
     REQUIRE(t.status == 0);
-    CHECK(t.out.rfind(std::string("# ") + sigprop::to_string(i.arch) + ", " + i.name + ",", 0) == 0);
+    CHECK(t.out.rfind("# " + sigprop::native_architecture(i.scheme) + ", " + i.name + ",", 0) == 0);
     CHECK(t.out.find("# output change sum beta_ii^2 = ") != std::string::npos);
     const Outcome init = run_cli({"init", "--scheme", i.name, "--layers", "2", "--d", "64", "--heads", "2", "--format", "csv"});
     CHECK(init.status == 0);
@@ -414,4 +414,75 @@ TEST_CASE("cli: every scheme by name, with its own architecture unless --arch is
   CHECK(json.status == 0);
   CHECK(json.out.find("\"arch\": \"no-ln\"") != std::string::npos);
   CHECK(json.out.find("inf") == std::string::npos);  // a sensitivity of +inf is written null
+}
+
+// The std printed by `init --format csv` for `weight` of `layer`.
+double init_std(const std::string& csv, std::size_t layer, const std::string& weight) {
+  const std::string key = "\n" + std::to_string(layer) + "," + weight + ",";
+  const std::size_t at = csv.find(key);
+  REQUIRE(at != std::string::npos);
+  return std::stod(csv.substr(at + key.size()));
+}
+
+TEST_CASE("cli: init --scheme gpt2 and llama print R and R/sqrt(2N)", "[cli][schemes]") {
+  const Outcome gpt2 = run({"init", "--scheme", "gpt2", "--layers", "3", "--d", "64", "--heads", "2", "--format", "csv"});
+  REQUIRE(gpt2.status == 0);
+  const double R = 0.02, N = 3;
+  CHECK(init_std(gpt2.out, 0, "embedding") == Approx(R).epsilon(1e-15));
+  for (std::size_t n = 1; n <= 3; ++n)
+    for (const char* w : {"q", "k", "v", "ffn1"}) CHECK(init_std(gpt2.out, n, w) == Approx(R).epsilon(1e-15));
+  for (std::size_t n = 1; n <= 3; ++n)
+    for (const char* w : {"o", "ffn2"}) CHECK(init_std(gpt2.out, n, w) == Approx(R / std::sqrt(2 * N)).epsilon(1e-15));
+  CHECK(gpt2.out.find(",ffn_gate,") == std::string::npos);  // the gpt2 architecture: plain FFN
+  const Outcome table = run({"table", "--scheme", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "16"});
+  CHECK(table.out.rfind("# gpt2, gpt2, N = 2, d = 64, H = 2, FFN width 256, gelu, L = 16, p = 0.1\n", 0) == 0);
+
+  const Outcome llama = run({"init", "--scheme", "llama", "--layers", "2", "--d", "96", "--heads", "2",
+                             "--initializer-range", "0.05", "--format", "csv"});
+  REQUIRE(llama.status == 0);
+  CHECK(init_std(llama.out, 0, "embedding") == Approx(0.05).epsilon(1e-15));
+  for (std::size_t n = 1; n <= 2; ++n)
+    for (const char* w : {"q", "k", "v", "o", "ffn1", "ffn2", "ffn_gate"})
+      CHECK(init_std(llama.out, n, w) == Approx(0.05).epsilon(1e-15));
+  const Outcome llama_table = run({"table", "--scheme", "llama", "--layers", "2", "--d", "96", "--heads", "2"});
+  CHECK(llama_table.out.rfind("# llama, llama, N = 2, d = 96, H = 2, FFN width 256, silu, L = 256, p = 0\n", 0) == 0);
+  // --initializer-range changes bert's 0.02 too.
+  const Outcome bert = run({"init", "--scheme", "bert", "--layers", "1", "--initializer-range", "0.1", "--format", "csv"});
+  CHECK(init_std(bert.out, 1, "ffn2") == Approx(0.1).epsilon(1e-15));
+  require_usage_error({"init", "--scheme", "gpt2", "--initializer-range", "0"}, "--initializer-range", "0", "(0, inf)");
+}
+
+TEST_CASE("cli: --attn-dropout and --ffn-dropout reach the model (table, sweep)", "[cli][models]") {
+  const Outcome o = run({"table", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32", "--attn-dropout", "0.3",
+                         "--ffn-dropout", "0.2", "--format", "csv"});
+  REQUIRE(o.status == 0);
+  sigprop::ModelConfig c;
+  c.layers = 2;
+  c.d = 64;
+  c.heads = 2;
+  c.seq_len = 32;
+  c.attention_dropout = 0.3;
+  c.ffn_dropout = 0.2;
+  const sigprop::Trace t = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier));
+  const std::string row2 = "\n2," + sigprop::cli::exact(t.rows[2].forward.var) + "," +
+                           sigprop::cli::exact(t.rows[2].forward.corr_len) + "," + sigprop::cli::exact(t.rows[2].backward.var) + ",";
+  CHECK(o.out.find(row2) != std::string::npos);
+  const Outcome text = run({"table", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32", "--attn-dropout", "0",
+                            "--ffn-dropout", "0.1"});
+  CHECK(text.out.rfind("# pre-ln, xavier, N = 2, d = 64, H = 2, FFN width 256, relu, L = 32, p = 0.1, attention p = 0, "
+                       "FFN hidden p = 0.1\n", 0) == 0);
+  const Outcome sweep = run({"sweep", "--scheme", "xavier", "--layers", "2", "--d", "64", "--head-dim", "32", "--seq", "32",
+                             "--attn-dropout", "0.3", "--ffn-dropout", "0.2", "--format", "csv"});
+  REQUIRE(sweep.status == 0);
+  // final_var, the ninth column of the one row after the header.
+  std::istringstream rows(sweep.out);
+  std::string header, row, cell;
+  std::getline(rows, header);
+  std::getline(rows, row);
+  std::istringstream cells(row);
+  for (int i = 0; i < 9; ++i) std::getline(cells, cell, ',');
+  CHECK(std::stod(cell) == Approx(t.rows[2].forward.var).epsilon(1e-12));
+  require_usage_error({"table", "--ffn-dropout", "1"}, "--ffn-dropout", "1", "[0, 1)");
+  require_usage_error({"table", "--attn-dropout", "-0.5"}, "--attn-dropout", "-0.5", "[0, 1)");
+  require_usage_error({"sweep", "--ffn-dropout", "1.5"}, "--ffn-dropout", "1.5", "[0, 1)");
 }

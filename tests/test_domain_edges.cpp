@@ -532,6 +532,12 @@ std::vector<Row> stack_rows() {
          return traced([v](ModelConfig& c, ModelWeights&) { c.dropout = v, c.arch = Arch::no_ln; });
        },
        Kind::real, known_none, "", true},
+      {"sigprop::trace", "attention_dropout", 0, 1, true, false,
+       [=](double v) { return traced([v](ModelConfig& c, ModelWeights&) { c.attention_dropout = v; }); }, Kind::real,
+       known_none, "", true},
+      {"sigprop::trace", "ffn_dropout", 0, 1, true, false,
+       [=](double v) { return traced([v](ModelConfig& c, ModelWeights&) { c.ffn_dropout = v; }); }, Kind::real,
+       known_none, "", true},
       {"sigprop::trace", "grad_var", 0, inf, true, false,
        [=](double v) { return trace(c0, w0, {v, 0.1}).rows[0].backward.var; }},
       {"sigprop::trace", "grad_corr_len", -1, 1, true, true,
@@ -608,6 +614,13 @@ std::vector<Row> init_rows() {
       {"sigprop::initialize", "dropout", 0, 1, true, false,
        [=](double v) { return dslm([v](ModelConfig& c, ResidualScaling&) { c.dropout = v; }); }, Kind::real,
        known_none, "", true},
+      // R^2 overflows beyond about 1.3e154: a clean throw.
+      {"sigprop::initialize", "initializer_range", 0, inf, false, false,
+       [=](double v) {
+         ModelConfig c = c0;
+         c.initializer_range = v;
+         return initialize(c, Scheme::gpt2).layers[0].o;
+       }},
       // beta^2 = k/N^alpha in (0, 1]: with N = 1, k in (0, 1] and alpha any finite value; the branch scale is sqrt(k).
       {"sigprop::initialize", "beta2_k", 0, 1, false, true,
        [=](double v) {

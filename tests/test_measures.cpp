@@ -42,11 +42,11 @@ TEST_CASE("measures: Serial::backward_all hands back every part's input gradient
   const Moments<double> x{0, 1, 0.4, 0};
   const GradMoments<double> g{2, 0.3};
   const auto grads = block.backward_all(x, g);
-  CHECK(grads[4].var == g.var);
+  CHECK(grads[5].var == g.var);
   CHECK(grads[0].var == Approx(block.backward(x, g).var).epsilon(1e-15));
   CHECK(grads[0].corr_len == Approx(block.backward(x, g).corr_len).epsilon(1e-15));
   const auto states = block.forward_all(x);
-  CHECK(grads[2].var == Approx(block.part<2>().backward(states[2], grads[3]).var).epsilon(1e-15));
+  CHECK(grads[3].var == Approx(block.part<3>().backward(states[3], grads[4]).var).epsilon(1e-15));
 }
 
 TEST_CASE("measures: Spike No More bounds by hand, and their domain", "[measures]") {

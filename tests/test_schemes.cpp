@@ -101,9 +101,12 @@ TEST_CASE("schemes: names, native architectures and parsing", "[schemes]") {
     CHECK(scheme_from_string(i.name) == i.scheme);
     CHECK(std::string(to_string(i.scheme)) == i.name);
   }
-  CHECK(schemes().size() == 17);
+  CHECK(schemes().size() == 19);
   CHECK(native_arch(Scheme::torch_default) == Arch::post_ln);
   CHECK(native_arch(Scheme::admin) == Arch::post_ln);
+  CHECK(native_architecture(Scheme::admin) == "post-ln");
+  CHECK(native_architecture(Scheme::gpt2) == "gpt2");
+  CHECK(native_architecture(Scheme::llama) == "llama");
   CHECK(native_arch(Scheme::t_fixup) == Arch::no_ln);
   CHECK(native_arch(Scheme::embed_ln) == Arch::pre_ln);
   CHECK_THROWS_WITH(scheme_from_string("fixup"), Catch::Contains("scheme = 'fixup'") && Catch::Contains("t-fixup"));
@@ -212,4 +215,27 @@ TEST_CASE("schemes: Admin's residual dependencies, Pre-LN 1/i against Post-LN co
   // Output change: O(log N) vs O(N); Admin close to Pre-LN.
   CHECK(output_change(post) > 5 * output_change(pre));
   CHECK(output_change(admin) == Approx(output_change(pre)).epsilon(0.5));
+}
+
+TEST_CASE("schemes: gpt2 and llama, R^2 everywhere and GPT-2's R^2/(2N) on the residual projections", "[schemes]") {
+  ModelConfig c = with_architecture(small(Arch::pre_ln), "gpt2");  // N = 6, d = 256
+  const double R2 = 0.02 * 0.02, N = 6;
+  const auto g = initialize(c, Scheme::gpt2);
+  CHECK(g.embedding_var == Approx(R2).epsilon(1e-15));
+  for (const LayerWeights& w : g.layers) {
+    for (double v : {w.q, w.k, w.v, w.ffn1}) CHECK(v == Approx(R2).epsilon(1e-15));
+    for (double v : {w.o, w.ffn2}) CHECK(v == Approx(R2 / (2 * N)).epsilon(1e-15));
+    CHECK(w.attn_branch == 1);
+    CHECK(w.ffn_skip == 1);
+  }
+  c = with_architecture(small(Arch::pre_ln), "llama");
+  c.initializer_range = 0.05;
+  const auto l = initialize(c, Scheme::llama);
+  CHECK(l.embedding_var == Approx(0.0025).epsilon(1e-15));
+  for (const LayerWeights& w : l.layers)
+    for (double v : {w.q, w.k, w.v, w.o, w.ffn1, w.ffn2, w.ffn_gate}) CHECK(v == Approx(0.0025).epsilon(1e-15));
+  const auto b = initialize(c, Scheme::bert);  // bert reads the same range
+  CHECK(b.layers[0].o == Approx(0.0025).epsilon(1e-15));
+  c.initializer_range = 0;
+  CHECK_THROWS_WITH(initialize(c, Scheme::gpt2), Catch::Contains("initializer_range = 0"));
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -54,8 +55,9 @@ inline const char* to_string(FfnActivation a) {
 /// or RMSNorm (Llama; components/rmsnorm.hpp).
 enum class Norm { layernorm, rmsnorm };
 
-/// The shape of the model; widths are counts, p the dropout probability used
-/// everywhere (embedding, attention probabilities, block outputs).
+/// The shape of the model; widths are counts, p the dropout probability of
+/// the embedding and the block outputs, and of the attention probabilities
+/// unless `attention_dropout` is set (docs/models.md, "Dropout").
 struct ModelConfig {
   Arch arch = Arch::pre_ln;
   std::size_t layers = 12;       ///< N
@@ -65,6 +67,9 @@ struct ModelConfig {
   FfnActivation activation = FfnActivation::relu;
   std::size_t seq_len = 256;     ///< L
   double dropout = 0.1;          ///< p
+  std::optional<double> attention_dropout;  ///< on the attention probabilities; unset: p (GPT-2's attn_pdrop)
+  double ffn_dropout = 0;        ///< after the FFN activation (PyTorch's nn.TransformerEncoderLayer: p)
+  double initializer_range = 0.02;  ///< the std of the bert, gpt2 and llama schemes (Hugging Face's name)
   bool final_layernorm = false;  ///< Pre-LN only: a LayerNorm after the last layer
   /// The attention gradient paths of the trace (all_paths is the real
   /// gradient; value_path_only reproduces the paper's B.8 backward).
@@ -86,6 +91,7 @@ struct ModelConfig {
 
   std::size_t head_width() const { return d / heads; }
   std::size_t hidden_width() const { return ffn_hidden > 0 ? ffn_hidden : ffn_mult * d; }
+  double attention_p() const { return attention_dropout.value_or(dropout); }
 
   void validate(const char* function) const {
     require_width(function, "layers", static_cast<double>(layers));
@@ -95,6 +101,8 @@ struct ModelConfig {
     require_width(function, "ffn_mult", static_cast<double>(ffn_mult));
     require_width(function, "seq_len", static_cast<double>(seq_len), 2);
     require_probability(function, "dropout", dropout);
+    require_probability(function, "attention_dropout", attention_p());
+    require_probability(function, "ffn_dropout", ffn_dropout);
     detail::require_rotary(function, RotaryEmbedding{rotary_base}, heads > 0 ? static_cast<double>(d / heads) : 0.0);
     require_positive(function, "ln_gain", ln_gain);
     require_finite(function, "ln_bias", ln_bias);

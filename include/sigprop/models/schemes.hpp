@@ -40,6 +40,11 @@
 //                       Post-LN): Q, K, V 1/(2d) (xavier_uniform_ of the 3d x d in_proj),
 //                       O 1/(3d), W1 1/(3d), W2 1/(3 m d) (kaiming_uniform_(a = sqrt 5));
 //                       biases 0 but W1's and W2's, 1/(3 fan_in); tables 1 (N(0, 1))
+//   gpt2        Radford et al. (2019), Hugging Face's GPT2: every matrix and table R^2,
+//               O and W2 R^2/(2N); R = config.initializer_range (0.02)
+//   llama       Touvron et al. (2023), Hugging Face's Llama: every matrix and table R^2
+// (bert uses R as well.) gpt2 and llama are published with their own
+// architectures (native_architecture: the presets of with_architecture).
 // Embeddings (all other schemes): K tables followed by dropout; each table
 // gets (1-p)/K so the model input has variance 1.
 #pragma once
@@ -57,7 +62,7 @@ namespace sigprop {
 
 enum class Scheme {
   xavier, bert, dslm, dslm_simple, admin, admin_code, deepnet, ds_init, t_fixup, layerscale, rezero, skipinit,
-  spike_vanilla, scaled_embed, embed_ln, xavier_scaled_embed, torch_default
+  spike_vanilla, scaled_embed, embed_ln, xavier_scaled_embed, torch_default, gpt2, llama
 };
 
 /// A scheme's name (as the command line spells it), the architecture it was
@@ -69,8 +74,8 @@ struct SchemeInfo {
   const char* reference;
 };
 
-inline const std::array<SchemeInfo, 17>& schemes() {
-  static const std::array<SchemeInfo, 17> table{{
+inline const std::array<SchemeInfo, 19>& schemes() {
+  static const std::array<SchemeInfo, 19> table{{
       {Scheme::xavier, "xavier", Arch::pre_ln, "Glorot and Bengio, AISTATS 2010"},
       {Scheme::bert, "bert", Arch::pre_ln, "Devlin et al., NAACL 2019"},
       {Scheme::dslm, "dslm", Arch::pre_ln, "Kedia et al., ICML 2024, 3.5 and G.3-G.4"},
@@ -89,6 +94,8 @@ inline const std::array<SchemeInfo, 17>& schemes() {
       {Scheme::xavier_scaled_embed, "xavier-scaled-embed", Arch::pre_ln,
        "Takase et al., Spike No More, B.1 (Xavier Init + Scaled Embed)"},
       {Scheme::torch_default, "torch-default", Arch::post_ln, "PyTorch 1.13 nn.MultiheadAttention, nn.Linear, nn.Embedding"},
+      {Scheme::gpt2, "gpt2", Arch::pre_ln, "Radford et al., 2019 (GPT-2); Hugging Face's GPT2"},
+      {Scheme::llama, "llama", Arch::pre_ln, "Touvron et al., 2023 (Llama); Hugging Face's Llama"},
   }};
   return table;
 }
@@ -103,6 +110,14 @@ inline const char* to_string(Scheme s) { return info(s).name; }
 
 /// The architecture the scheme was published with (the default of the CLI).
 inline Arch native_arch(Scheme s) { return info(s).arch; }
+
+/// The with_architecture() name of the model the scheme was published with:
+/// "gpt2" and "llama" for their schemes, native_arch's name otherwise.
+inline std::string native_architecture(Scheme s) {
+  if (s == Scheme::gpt2) return "gpt2";
+  if (s == Scheme::llama) return "llama";
+  return to_string(native_arch(s));
+}
 
 /// All scheme names, comma-separated.
 inline std::string scheme_names(const char* separator = ", ") {

@@ -6,9 +6,10 @@
 //   Pre-LN : x <- lambda x + beta Attn(LN(x));  x <- lambda x + beta FFN(LN(x))
 //   Post-LN: x <- LN(lambda x + beta Attn(x));  x <- LN(lambda x + beta FFN(x))
 //   no LN  : x <- lambda x + beta Attn(x);      x <- lambda x + beta FFN(x)
-//   Attn(h) = Dropout(concat_h(head_h(h)) W_O),  FFN(h) = Dropout(act(h W1) W2)
-// Decoder options: LN an RMSNorm, every head causal, the gated FFN
-// Dropout((act(h W1) * (h V)) W2).
+//   Attn(h) = Dropout(concat_h(head_h(h)) W_O),  FFN(h) = Dropout(Dropout_q(act(h W1)) W2)
+// (the heads drop their probabilities with config.attention_p(), Dropout_q
+// is config.ffn_dropout). Decoder options: LN an RMSNorm, every head causal,
+// the gated FFN Dropout(Dropout_q(act(h W1) * (h V)) W2).
 // The model input is drawn with the given moments (compound symmetric along
 // length; with an embedding LayerNorm, the embedding output is drawn and
 // normalized) and the gradient at the top with (grad var, grad corr_len).

@@ -101,19 +101,21 @@ inline Matrix activation_backward(Activation a, const Matrix& x, const Matrix& g
 }
 
 /// The gated FFN's hidden layer (GLU; Shazeer 2020): H = act(X W1) .* (X V),
-/// the block's output H W2. Kept for the backward pass: X W1, its activation
-/// and X V.
+/// the block's output (H .* M) W2, M a dropout mask (none when empty). Kept
+/// for the backward pass: X W1, its activation, X V and M.
 struct GatedCache {
-  Matrix pre, act, value;  ///< X W1, act(X W1), X V
+  Matrix pre, act, value, mask;  ///< X W1, act(X W1), X V, M
 };
 
 inline Matrix gated_forward(Activation a, const Matrix& x, const Matrix& w1, const Matrix& v, const Matrix& w2,
-                            GatedCache& c, const Eigen::RowVectorXd& b1 = {}, const Eigen::RowVectorXd& bv = {},
-                            const Eigen::RowVectorXd& b2 = {}) {
+                            GatedCache& c, const Matrix& mask = Matrix(), const Eigen::RowVectorXd& b1 = {},
+                            const Eigen::RowVectorXd& bv = {}, const Eigen::RowVectorXd& b2 = {}) {
   c.pre = affine(x, w1, b1);
   c.act = activation_forward(a, c.pre);
   c.value = affine(x, v, bv);
-  return affine(c.act.cwiseProduct(c.value), w2, b2);
+  c.mask = mask;
+  if (mask.size() == 0) return affine(c.act.cwiseProduct(c.value), w2, b2);
+  return affine(c.act.cwiseProduct(c.value).cwiseProduct(mask), w2, b2);
 }
 
 /// Squared Frobenius norms of the gated FFN's weight gradients
@@ -122,14 +124,16 @@ struct GatedWeightGrads {
   double w1 = 0, w2 = 0;
 };
 
-/// dH = g W2^T, dX = (dH .* X V .* act'(X W1)) W1^T + (dH .* act(X W1)) V^T;
+/// dH = (g W2^T) .* M, dX = (dH .* X V .* act'(X W1)) W1^T + (dH .* act(X W1)) V^T;
 /// with `weights`, also the squared norms of dW1 and dW2.
 inline Matrix gated_backward(Activation a, const GatedCache& c, const Matrix& x, const Matrix& w1, const Matrix& v,
                              const Matrix& w2, const Matrix& g, GatedWeightGrads* weights = nullptr) {
-  const Matrix dh = g * w2.transpose();
+  const bool masked = c.mask.size() > 0;
+  const Matrix dh = masked ? Matrix((g * w2.transpose()).cwiseProduct(c.mask)) : Matrix(g * w2.transpose());
   const Matrix d_pre = activation_backward(a, c.pre, dh.cwiseProduct(c.value));
   if (weights) {
-    weights->w2 = (c.act.cwiseProduct(c.value).transpose() * g).squaredNorm();
+    const Matrix hidden = masked ? Matrix(c.act.cwiseProduct(c.value).cwiseProduct(c.mask)) : Matrix(c.act.cwiseProduct(c.value));
+    weights->w2 = (hidden.transpose() * g).squaredNorm();
     weights->w1 = (x.transpose() * d_pre).squaredNorm();
   }
   return d_pre * w1.transpose() + dh.cwiseProduct(c.act) * v.transpose();

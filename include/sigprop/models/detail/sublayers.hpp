@@ -42,10 +42,15 @@ struct StackShape {
   std::size_t layers = 0;
   T d, heads, hidden, seq_len, dropout;  ///< hidden: the FFN's hidden width
   T ln_gain, ln_bias;                    ///< the norms' affine gain and (LayerNorm) bias
+  T attention_dropout, ffn_dropout;      ///< on the attention probabilities; after the FFN activation
 
   /// The sizes that may differ from lane to lane (see Moments::fields).
-  auto fields() { return std::tie(d, heads, hidden, seq_len, dropout, ln_gain, ln_bias); }
-  auto fields() const { return std::tie(d, heads, hidden, seq_len, dropout, ln_gain, ln_bias); }
+  auto fields() {
+    return std::tie(d, heads, hidden, seq_len, dropout, ln_gain, ln_bias, attention_dropout, ffn_dropout);
+  }
+  auto fields() const {
+    return std::tie(d, heads, hidden, seq_len, dropout, ln_gain, ln_bias, attention_dropout, ffn_dropout);
+  }
 };
 
 /// The weights of one layer for every lane of a batch (LayerWeights, lane-wise).
@@ -97,6 +102,8 @@ inline StackShape<double> shape_of(const ModelConfig& c) {
   s.dropout = c.dropout;
   s.ln_gain = c.ln_gain;
   s.ln_bias = c.ln_bias;
+  s.attention_dropout = c.attention_p();
+  s.ffn_dropout = c.ffn_dropout;
   return s;
 }
 
@@ -242,12 +249,14 @@ BranchIO<T> branch_io(const StackShape<T>& s, const W& w, Sublayer which, const 
 template <class T, class W>
 auto make_attention_block(const StackShape<T>& s, const W& w) {
   return attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
-                            s.attention_gradient, s.rotary, {w.q_bias, w.k_bias, w.v_bias, w.o_bias});
+                            s.attention_gradient, s.rotary, {w.q_bias, w.k_bias, w.v_bias, w.o_bias},
+                            s.attention_dropout);
 }
 
 template <class Activation, class T, class W>
 auto make_ffn_block(const StackShape<T>& s, const W& w) {
-  return ffn_block<Activation>(s.d, T(s.hidden / s.d), T(w.ffn1), T(w.ffn2), s.dropout, T(w.ffn1_bias), T(w.ffn2_bias));
+  return ffn_block<Activation>(s.d, T(s.hidden / s.d), T(w.ffn1), T(w.ffn2), s.dropout, T(w.ffn1_bias),
+                               T(w.ffn2_bias), s.ffn_dropout);
 }
 
 // The attention block as the shape says (full or causal), handed to `apply`.
@@ -255,7 +264,8 @@ template <class T, class W, class Apply>
 auto with_attention_block(const StackShape<T>& s, const W& w, Apply apply) {
   if (s.causal)
     return apply(causal_attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
-                                           s.attention_gradient, s.rotary, {w.q_bias, w.k_bias, w.v_bias, w.o_bias}));
+                                           s.attention_gradient, s.rotary, {w.q_bias, w.k_bias, w.v_bias, w.o_bias},
+                                           s.attention_dropout));
   return apply(make_attention_block(s, w));
 }
 
@@ -264,7 +274,7 @@ template <class Activation, class T, class W, class Apply>
 auto with_ffn_block(const StackShape<T>& s, const W& w, Apply apply) {
   if (s.gated)
     return apply(glu_ffn_block<Activation>(s.d, s.hidden, T(w.ffn1), T(w.ffn_gate), T(w.ffn2), s.dropout,
-                                           T(w.ffn1_bias), T(w.ffn_gate_bias), T(w.ffn2_bias)));
+                                           T(w.ffn1_bias), T(w.ffn_gate_bias), T(w.ffn2_bias), s.ffn_dropout));
   return apply(make_ffn_block<Activation>(s, w));
 }
 

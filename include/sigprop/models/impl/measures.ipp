@@ -44,7 +44,7 @@ std::vector<WeightGradNorms> weight_grad_norms_with(const ModelConfig& config, c
       const auto states = block.forward_all(io.input);
       const auto grads = block.backward_all(io.input, io.grad_out);
       g.ffn1 = block.template part<0>().weight_grad_sq(states[0], grads[1], L);
-      g.ffn2 = block.template part<2>().weight_grad_sq(states[2], grads[3], L);
+      g.ffn2 = block.template part<3>().weight_grad_sq(states[3], grads[4], L);
     }
     out.push_back(g);
   }

@@ -134,10 +134,12 @@ SIGPROP_DECL ModelWeights initialize(const ModelConfig& config, Scheme scheme, c
   constexpr const char* fn = "sigprop::initialize";
   config.validate(fn);
   require_positive(fn, "embedding_scale", input.embedding_scale);
+  require_positive(fn, "initializer_range", config.initializer_range);
   const double d = static_cast<double>(config.d), dk = static_cast<double>(config.head_width());
   const double hidden = static_cast<double>(config.hidden_width()), p = config.dropout;
-  const double N = static_cast<double>(config.layers);
+  const double N = static_cast<double>(config.layers), range2 = config.initializer_range * config.initializer_range;
   if (scheme == Scheme::dslm || scheme == Scheme::dslm_simple) scaling.enabled = true;
+  check_result(fn, "initializer_range^2", range2);
 
   // Per-entry variances of the xavier row, the base of most schemes.
   LayerWeights xavier;
@@ -156,8 +158,10 @@ SIGPROP_DECL ModelWeights initialize(const ModelConfig& config, Scheme scheme, c
     case Scheme::admin_code:
       break;
     case Scheme::bert:
-      base.q = base.k = base.v = base.o = base.ffn1 = base.ffn2 = 0.02 * 0.02;
-      table_var = 0.02 * 0.02;
+    case Scheme::llama:
+    case Scheme::gpt2:
+      base.q = base.k = base.v = base.o = base.ffn1 = base.ffn2 = table_var = range2;
+      if (scheme == Scheme::gpt2) base.o = base.ffn2 = range2 / (2 * N);  // the residual projections
       break;
     case Scheme::dslm:
     case Scheme::dslm_simple:

@@ -116,8 +116,8 @@ inline ops::Matrix attention_branch(const ModelConfig& c, const LayerParams& p, 
   for (std::size_t i = 0; i < c.heads; ++i) {
     ops::Matrix out;
     cache.heads.push_back(
-        ops::attention_head_forward(h, p.wq[i], p.wk[i], p.wv[i], c.dropout, rng, out, c.causal, c.rotary_base,
-                                    p.heads[i]));
+        ops::attention_head_forward(h, p.wq[i], p.wk[i], p.wv[i], c.attention_p(), rng, out, c.causal,
+                                    c.rotary_base, p.heads[i]));
     cache.concat.middleCols(static_cast<Eigen::Index>(i) * dk, dk) = out;
   }
   return output_dropout(c, ops::affine(cache.concat, p.wo, p.bo), cache, rng);
@@ -148,14 +148,20 @@ inline ops::Matrix attention_branch_backward(const ModelConfig& c, const LayerPa
   return dh;
 }
 
+// The FFN branch, with dropout c.ffn_dropout on its hidden units (the
+// activation's output, or the gated product) and c.dropout on its output.
 inline ops::Matrix ffn_branch(const ModelConfig& c, const LayerParams& p, const ops::Matrix& h,
                               SublayerCache& cache, Random& rng) {
+  const ops::Matrix mask = c.ffn_dropout > 0 ? ops::dropout_mask(h.rows(), p.w1.cols(), c.ffn_dropout, rng) : ops::Matrix();
   if (c.gated_ffn)
     return output_dropout(
-        c, ops::gated_forward(to_op(c.activation), h, p.w1, p.wgate, p.w2, cache.ffn, p.b1, p.bgate, p.b2), cache, rng);
+        c, ops::gated_forward(to_op(c.activation), h, p.w1, p.wgate, p.w2, cache.ffn, mask, p.b1, p.bgate, p.b2),
+        cache, rng);
   cache.ffn.pre = ops::affine(h, p.w1, p.b1);
   cache.ffn.act = ops::activation_forward(to_op(c.activation), cache.ffn.pre);
-  return output_dropout(c, ops::affine(cache.ffn.act, p.w2, p.b2), cache, rng);
+  cache.ffn.mask = mask;
+  if (mask.size() == 0) return output_dropout(c, ops::affine(cache.ffn.act, p.w2, p.b2), cache, rng);
+  return output_dropout(c, ops::affine(cache.ffn.act.cwiseProduct(mask), p.w2, p.b2), cache, rng);
 }
 
 inline ops::Matrix ffn_branch_backward(const ModelConfig& c, const LayerParams& p, const ops::Matrix& h,
@@ -168,8 +174,11 @@ inline ops::Matrix ffn_branch_backward(const ModelConfig& c, const LayerParams& 
     norms.ffn2 = w.w2;
     return dx;
   }
-  norms.ffn2 = (cache.ffn.act.transpose() * g).squaredNorm();
-  const ops::Matrix g_hidden = ops::activation_backward(to_op(c.activation), cache.ffn.pre, g * p.w2.transpose());
+  const bool masked = cache.ffn.mask.size() > 0;
+  norms.ffn2 = ((masked ? ops::Matrix(cache.ffn.act.cwiseProduct(cache.ffn.mask)) : cache.ffn.act).transpose() * g).squaredNorm();
+  ops::Matrix g_act = g * p.w2.transpose();
+  if (masked) g_act = g_act.cwiseProduct(cache.ffn.mask);
+  const ops::Matrix g_hidden = ops::activation_backward(to_op(c.activation), cache.ffn.pre, g_act);
   norms.ffn1 = (h.transpose() * g_hidden).squaredNorm();
   return g_hidden * p.w1.transpose();
 }
