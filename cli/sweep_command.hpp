@@ -37,8 +37,10 @@ inline void sweep_usage(std::ostream& out) {
          "  --beta2-k K,... (2)  --beta2-alpha A,... (1)   residual scaling beta^2 = K/N^A\n"
          "                       (dslm schemes always; other schemes only when given)\n"
          "fixed for the whole grid:\n"
-         "  --head-dim K (64, heads = d/K)  --ffn-mult M (4)  --activation relu|gelu|silu (relu)\n"
-         "  --seq L (256)  --bounds LO,HI (0.5,2)  --rotary BASE (0: none; as in sigprop table)\n";
+         "  --head-dim K (64, heads = d/K)  --ffn-mult M (4)\n"
+         "  --activation relu|gelu|gelu_tanh|silu (relu)  --seq L (256)  --bounds LO,HI (0.5,2)\n"
+         "  --rotary BASE (0: none; llama: 10000)  --logit-scale inv-sqrt-dk|inv-dk (inv-sqrt-dk)\n"
+         "         (as in sigprop table)\n";
 }
 
 namespace detail {
@@ -95,7 +97,7 @@ inline std::vector<std::string> word_list(const Args& a, const std::string& flag
 
 inline int sweep_command(const std::vector<std::string>& words, std::ostream& out, std::ostream&) {
   const Args a(words, {"arch", "scheme", "layers", "d", "dropout", "beta2-k", "beta2-alpha", "head-dim", "ffn-mult",
-                       "activation", "seq", "bounds", "format", "rotary"});
+                       "activation", "seq", "bounds", "format", "rotary", "logit-scale"});
   if (!a.positional().empty()) throw usage_error("sweep: unexpected argument '" + a.positional()[0] + "'");
   std::vector<std::string> scheme_options;
   for (const SchemeInfo& i : sigprop::schemes()) scheme_options.push_back(i.name);
@@ -114,8 +116,9 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
   const double ffn_mult = a.count("ffn-mult", 4);
   const double seq = a.count("seq", 256);
   const double rotary = parse_rotary(a, head_dim);
+  const LogitScale logit_scale = parse_logit_scale(a);
   if (seq < 2) throw usage_error("--seq = 1 is outside the valid range: a whole number >= 2");
-  const std::string activation = a.choice("activation", {"relu", "gelu", "silu"}, "relu");
+  const std::string activation = a.choice("activation", activation_names(), "relu");
   const auto bounds_list = detail::number_list(a, "bounds", "0.5,2");
   if (bounds_list.size() != 2 || !(bounds_list[0] <= bounds_list[1]))
     throw usage_error("--bounds = '" + a.text("bounds", "") + "' is not LO,HI with LO <= HI");
@@ -145,8 +148,12 @@ inline int sweep_command(const std::vector<std::string>& words, std::ostream& ou
                 c.ffn_mult = static_cast<std::size_t>(ffn_mult);
                 c.seq_len = static_cast<std::size_t>(seq);
                 c.rotary_base = rotary;
+                c.logit_scale = logit_scale;
                 c = with_architecture(c, arch.empty() ? to_string(native_arch(pt.scheme)) : arch);
-                // The presets set the activation and dropout; explicit flags win.
+                pt.input = with_architecture(pt.input, arch);
+                // The presets set the activation, dropout, rotary embeddings and
+                // embedding tables; explicit flags win.
+                if (a.has("rotary")) c.rotary_base = rotary;
                 if (a.has("activation") || (arch != "llama" && arch != "gpt2")) c.activation = activation_of(activation);
                 if (a.has("dropout") || arch != "llama") c.dropout = p;
                 pt.scaling = {k, alpha, scaling_given};

@@ -171,7 +171,8 @@ TEST_CASE("cli: table --positions prints trace_positions and trace_position_grad
   REQUIRE(csv.status == 0);
   CHECK(csv.err.empty());
   const sigprop::ModelConfig c = small_decoder("gpt2", 2, 32);
-  const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier);
+  const sigprop::ModelWeights w =
+      sigprop::initialize(c, sigprop::Scheme::xavier, sigprop::with_architecture(sigprop::InputSpec{}, "gpt2"));
   const sigprop::PositionTrace p = sigprop::trace_positions(c, w, {1, 32});
   const sigprop::PositionGradientTrace g = sigprop::trace_position_gradients(c, w, {1, 32});
   using sigprop::cli::exact;
@@ -213,10 +214,11 @@ TEST_CASE("cli: --rotary puts rotary embeddings on every head (table, sweep)", "
   // The numbers are the library's with ModelConfig::rotary_base, and differ
   // from the model without rotation.
   sigprop::ModelConfig c = small_decoder("llama", 3, 64);
+  const sigprop::InputSpec tables = sigprop::with_architecture(sigprop::InputSpec{}, "llama");
   c.rotary_base = 10000;
-  const sigprop::Trace t = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier));
+  const sigprop::Trace t = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier, tables));
   c.rotary_base = 0;
-  const sigprop::Trace plain = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier));
+  const sigprop::Trace plain = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier, tables));
   const Outcome csv = run({"table", "--arch", "llama", "--layers", "3", "--d", "64", "--heads", "2", "--seq", "64",
                            "--rotary", "10000", "--format", "csv"});
   INFO(csv.err);
@@ -379,4 +381,58 @@ TEST_CASE("cli: every scheme by name, with its own architecture unless --arch is
   CHECK(json.status == 0);
   CHECK(json.out.find("\"arch\": \"no-ln\"") != std::string::npos);
   CHECK(json.out.find("inf") == std::string::npos);  // a sensitivity of +inf is written null
+}
+
+TEST_CASE("cli: the presets' rotary embeddings and tables, --logit-scale and gelu_tanh", "[cli][models]") {
+  // llama has rotary embeddings by default (--rotary 0 turns them off) and a
+  // token table only; gpt2 the tanh GeLU and token and position tables;
+  // explicit flags win. The numbers are the library's.
+  using sigprop::cli::exact;
+  const auto last_var = [](const Outcome& o) {
+    const std::size_t at = o.out.rfind("\n3,");
+    return o.out.substr(at + 3, o.out.find(',', at + 3) - at - 3);
+  };
+  const std::vector<std::string> llama = {"table", "--arch", "llama", "--layers", "3", "--d", "64", "--heads", "2",
+                                          "--seq", "64", "--format", "csv"};
+  auto with = [](std::vector<std::string> a, std::vector<std::string> extra) {
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const Outcome preset = run(llama), on = run(with(llama, {"--rotary", "10000"})), off = run(with(llama, {"--rotary", "0"}));
+  REQUIRE(preset.status == 0);
+  CHECK(preset.out == on.out);
+  CHECK(preset.out != off.out);
+  sigprop::ModelConfig c = small_decoder("llama", 3, 64);
+  c.rotary_base = 0;
+  const sigprop::InputSpec tokens = sigprop::with_architecture(sigprop::InputSpec{}, "llama");
+  CHECK(last_var(off) == exact(sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier, tokens)).rows[3].forward.var));
+  const Outcome all_tables = run(with(llama, {"--tables", "token,position,segment"}));
+  CHECK(last_var(all_tables) == exact(sigprop::trace(sigprop::with_architecture(c, "llama"),
+                                                     sigprop::initialize(sigprop::with_architecture(c, "llama"),
+                                                                         sigprop::Scheme::xavier))
+                                          .rows[3]
+                                          .forward.var));
+  // gpt2 with logits over d_k and an explicit --activation gelu.
+  const std::vector<std::string> gpt2 = {"table", "--arch", "gpt2", "--layers", "3", "--d", "64", "--heads", "2",
+                                         "--seq", "32", "--logit-scale", "inv-dk", "--format", "csv"};
+  sigprop::ModelConfig g = small_decoder("gpt2", 3, 32);
+  g.logit_scale = sigprop::LogitScale::inv_dk;
+  const sigprop::InputSpec learned = sigprop::with_architecture(sigprop::InputSpec{}, "gpt2");
+  const Outcome scaled = run(gpt2);
+  REQUIRE(scaled.status == 0);
+  CHECK(last_var(scaled) == exact(sigprop::trace(g, sigprop::initialize(g, sigprop::Scheme::xavier, learned)).rows[3].forward.var));
+  g.activation = sigprop::FfnActivation::gelu;
+  CHECK(last_var(run(with(gpt2, {"--activation", "gelu"}))) ==
+        exact(sigprop::trace(g, sigprop::initialize(g, sigprop::Scheme::xavier, learned)).rows[3].forward.var));
+  CHECK(run(with(gpt2, {"--activation", "gelu"})).out != scaled.out);
+  const Outcome text = run({"table", "--arch", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--logit-scale", "inv-dk"});
+  CHECK(text.out.find("gelu_tanh") != std::string::npos);
+  CHECK(text.out.find("logits / d_k") != std::string::npos);
+  const Outcome component = run({"component", "gelu", "--form", "tanh", "--var", "2", "--format", "json"});
+  REQUIRE(component.status == 0);
+  CHECK(component.out.find(exact(sigprop::Gelu<double>(sigprop::GeluForm::tanh).forward({0, 2, 0, 0}).var)) !=
+        std::string::npos);
+  require_usage_error({"table", "--logit-scale", "sqrt"}, "--logit-scale", "sqrt", "inv-sqrt-dk");
+  require_usage_error({"component", "gelu", "--form", "cubic"}, "--form", "cubic", "tanh");
+  require_usage_error({"table", "--activation", "gelu-tanh"}, "--activation", "gelu-tanh", "gelu_tanh");
 }

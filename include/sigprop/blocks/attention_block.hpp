@@ -6,7 +6,8 @@
 // Reference: Kedia et al. (ICML 2024), appendix C.1. Built by composition:
 //   serial(multi_head(Attention(d, d/H, L, q, k, v, p), H), Linear(d, d, o), Dropout(p)),
 // and the decoder's block with CausalAttention in place of Attention; either
-// with rotary position embeddings on every head (components/detail/rotary.hpp).
+// with rotary position embeddings on every head (components/detail/rotary.hpp)
+// and either logit scale (LogitScale).
 #pragma once
 
 #include "sigprop/blocks/multi_head.hpp"
@@ -31,10 +32,10 @@ using AttentionBlock = Serial<T, MultiHead<T, Attention<T>>, Linear<T>, Dropout<
 template <class T>
 AttentionBlock<T> attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
                                   AttentionGradient gradient = AttentionGradient::all_paths,
-                                  RotaryEmbedding rotary = {}) {
+                                  RotaryEmbedding rotary = {}, LogitScale logit_scale = LogitScale::inv_sqrt_dk) {
   require_width("sigprop::attention_block", "heads", heads);
   require_width("sigprop::attention_block", "d / heads", T(d / heads));
-  return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient, rotary), heads),
+  return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient, rotary, logit_scale), heads),
                 Linear<T>(d, d, w.o), Dropout<T>(p));
 }
 
@@ -45,10 +46,10 @@ using CausalAttentionBlock = Serial<T, MultiHead<T, CausalAttention<T>>, Linear<
 template <class T>
 CausalAttentionBlock<T> causal_attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
                                               AttentionGradient gradient = AttentionGradient::all_paths,
-                                              RotaryEmbedding rotary = {}) {
+                                              RotaryEmbedding rotary = {}, LogitScale logit_scale = LogitScale::inv_sqrt_dk) {
   require_width("sigprop::causal_attention_block", "heads", heads);
   require_width("sigprop::causal_attention_block", "d / heads", T(d / heads));
-  return serial(multi_head(CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient, rotary), heads),
+  return serial(multi_head(CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, p, gradient, rotary, logit_scale), heads),
                 Linear<T>(d, d, w.o), Dropout<T>(p));
 }
 

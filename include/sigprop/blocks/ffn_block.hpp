@@ -10,6 +10,8 @@
 //          Linear(h, d, w2), Dropout(p)).
 #pragma once
 
+#include <utility>
+
 #include "sigprop/blocks/gated.hpp"
 
 #include "sigprop/components/dropout.hpp"
@@ -23,11 +25,12 @@ namespace sigprop {
 template <class T, class Activation>
 using FfnBlock = Serial<T, Linear<T>, Activation, Linear<T>, Dropout<T>>;
 
-/// FFN block of width d with hidden width m d; `Activation` is Relu<T> or Gelu<T>.
+/// FFN block of width d with hidden width m d; `Activation` is Relu<T> or
+/// Gelu<T> (`activation` its instance, e.g. Gelu<T>(GeluForm::tanh)).
 template <class Activation, class T>
-FfnBlock<T, Activation> ffn_block(T d, T ffn_mult, T w1, T w2, T p) {
+FfnBlock<T, Activation> ffn_block(T d, T ffn_mult, T w1, T w2, T p, Activation activation = Activation()) {
   require_width("sigprop::ffn_block", "ffn_mult", ffn_mult);
-  return serial(Linear<T>(d, ffn_mult * d, w1), Activation(), Linear<T>(ffn_mult * d, d, w2),
+  return serial(Linear<T>(d, ffn_mult * d, w1), std::move(activation), Linear<T>(ffn_mult * d, d, w2),
                 Dropout<T>(p));
 }
 
@@ -39,9 +42,9 @@ using GluFfnBlock =
 /// then dropout. Activation Silu<T> gives SwiGLU, Gelu<T> GeGLU, Relu<T> ReGLU.
 /// w1, wv, w2 are the per-entry variances of W1, V, W2.
 template <class Activation, class T>
-GluFfnBlock<T, Activation> glu_ffn_block(T d, T hidden, T w1, T wv, T w2, T p) {
+GluFfnBlock<T, Activation> glu_ffn_block(T d, T hidden, T w1, T wv, T w2, T p, Activation activation = Activation()) {
   require_width("sigprop::glu_ffn_block", "hidden", hidden);
-  return serial(gated(serial(Linear<T>(d, hidden, w1), Activation()), Linear<T>(d, hidden, wv)),
+  return serial(gated(serial(Linear<T>(d, hidden, w1), std::move(activation)), Linear<T>(d, hidden, wv)),
                 Linear<T>(hidden, d, w2), Dropout<T>(p));
 }
 

@@ -21,20 +21,40 @@
 #include "sigprop/numerics/math.hpp"
 #include "sigprop/core/moments.hpp"
 
+namespace sigprop {
+
+/// What a head divides its logits Q K^T by: sqrt(d_k) (Vaswani et al. 2017)
+/// or d_k (muP: Yang et al., "Tensor Programs V", 2022), docs/components/attention.md
+/// ("Logit scale").
+enum class LogitScale { inv_sqrt_dk, inv_dk };
+
+inline const char* to_string(LogitScale s) { return s == LogitScale::inv_dk ? "inv-dk" : "inv-sqrt-dk"; }
+
+}  // namespace sigprop
+
 namespace sigprop::detail {
 
 /// The parameters of one head: widths d_in, d_k, the sequence length, the
-/// weight variances of Wq, Wk, Wv, the dropout probability and the rotary
-/// embedding.
+/// weight variances of Wq, Wk, Wv, the dropout probability, the rotary
+/// embedding and the logit scale.
 template <class T>
 struct HeadParams {
   T d_in, d_k, seq_len, q_var, k_var, v_var, p;
   RotaryEmbedding rotary;
+  LogitScale logit_scale = LogitScale::inv_sqrt_dk;
 
-  /// t = d_in q_var k_var (d_k cancels in the scores).
-  T t() const { return d_in * q_var * k_var; }
+  /// The logits' variance relative to 1/sqrt(d_k): 1, or 1/d_k for inv_dk.
+  T logit_gain() const { return logit_scale == LogitScale::inv_dk ? T(1 / d_k) : T(0 * d_k + 1); }
+  /// q_var as the scores see it: a head with logits Q K^T/d_k is one with
+  /// logits Q K^T/sqrt(d_k) and Wq scaled by 1/sqrt(d_k), forward and in dX.
+  T score_q_var() const { return logit_scale == LogitScale::inv_dk ? T(q_var / d_k) : q_var; }
+  /// t = d_in q_var k_var (d_k cancels in the scores at 1/sqrt(d_k)).
+  T t() const { return d_in * score_q_var() * k_var; }
   /// Every field, for keys.
-  auto fields() const { return std::tie(d_in, d_k, seq_len, q_var, k_var, v_var, p, rotary.base); }
+  auto fields() const {
+    return std::tuple_cat(std::tie(d_in, d_k, seq_len, q_var, k_var, v_var, p, rotary.base),
+                          std::make_tuple(static_cast<int>(logit_scale)));
+  }
 };
 
 /// The key of everything computed from a head and its input (core/memo.hpp).
