@@ -378,8 +378,8 @@ TEST_CASE("Gelu tanh form: agrees with 2-D quadrature of its own function", "[ge
 }
 
 TEST_CASE("Gelu tanh form: differs from the erf form by a small nonzero amount", "[gelu][tanh]") {
-  // GPT-2's approximation is within 4.8e-4 of x Phi(x) pointwise; its moments
-  // differ by 1e-6 to 1e-3 relative, and are not the erf form's.
+  // GPT-2's approximation is within 4.8e-4 of x Phi(x) pointwise; its
+  // variances differ by 1e-7 to 2e-3 relative, and are not the erf form's.
   const Gelu<double> erf, tanh(sigprop::GeluForm::tanh);
   CHECK(erf.form() == sigprop::GeluForm::erf);
   CHECK(tanh.form() == sigprop::GeluForm::tanh);
@@ -393,7 +393,7 @@ TEST_CASE("Gelu tanh form: differs from the erf form by a small nonzero amount",
       CHECK(std::abs(y / x - 1) > 1e-7);
       CHECK(std::abs(y / x - 1) < 2e-3);
     }
-    CHECK(std::abs(b.mean - a.mean) > 1e-7);
+    CHECK(std::abs(b.mean - a.mean) > 1e-8);  // 3.6e-8 at mean 0.8, var 2: the gap averages out
     CHECK(std::abs(b.mean - a.mean) < 4.8e-4);
     CHECK(std::abs(b.corr_len - a.corr_len) < 1e-3);
   }
@@ -445,7 +445,7 @@ TEST_CASE("Gelu tanh form: the simulated difference from the erf form", "[gelu][
   // The same random inputs through both forms (common random numbers): the
   // difference of the measured moments has a far smaller spread than either,
   // so the predicted difference (1e-5 to 1e-4 of a variance) is resolved. The
-  // standard error comes from the spread over 16 seeds.
+  // standard error comes from the spread over 16 seeds of 16 trials each.
   const Gelu<double> erf, tanh(sigprop::GeluForm::tanh);
   for (const Moments<double>& in : {Moments<double>{0, 1, 0.5, 0}, Moments<double>{0.6, 2.5, 0.8, 0}}) {
     const GradMoments<double> g{1, 0.5};
@@ -453,7 +453,7 @@ TEST_CASE("Gelu tanh form: the simulated difference from the erf form", "[gelu][
     const double backward = tanh.backward(in, g).var - erf.backward(in, g).var;
     std::vector<double> df, db;
     sigprop::montecarlo::SimulationSetup setup;
-    setup.trials = 2;
+    setup.trials = 16;
     for (std::uint64_t seed = 1; seed <= 16; ++seed) {
       setup.seed = 500 + seed;
       const auto a = sigprop::montecarlo::simulate(erf, in, g, setup);
@@ -470,7 +470,7 @@ TEST_CASE("Gelu tanh form: the simulated difference from the erf form", "[gelu][
       const double se = std::sqrt(v / double(d.size()));
       INFO(label << " at mean " << in.mean << ": predicted " << predicted << ", measured " << m << " +- " << se);
       CHECK(std::abs(m - predicted) <= 5 * se);
-      CHECK(std::abs(predicted) > 10 * se);  // the erf form (difference 0) would fail
+      CHECK(std::abs(predicted) > 6 * se);  // the erf form (difference 0) would fail the check above
     }
   }
 }

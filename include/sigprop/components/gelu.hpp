@@ -346,7 +346,7 @@ class GeluQuadrature {
   R mu_, var_, s_, mean_, deficit_;
 };
 
-struct GeluTanhForwardTag;
+struct GeluTanhForwardTag;  // the tanh form's memo entries (forward, backward, norm_var_ratio)
 struct GeluTanhBackwardTag;
 struct GeluTanhNormTag;
 
@@ -381,12 +381,11 @@ class Gelu : public Component<Gelu<T>, T> {
       set_lane(out.corr_len, i, var > 0 ? quad.cov(lane(in.corr_len, i)) / var : lane(in.corr_len, i));
       set_lane(out.corr_dim, i, var > 0 ? quad.cov(lane(in.corr_dim, i)) / var : lane(in.corr_dim, i));
     });
-    if (form_ == GeluForm::tanh) {
-      tanh_forward(in, out);
-      out.norm_var_ratio = detail::smooth_activation_norm_var_ratio<detail::GeluTanhNormTag>(in, &detail::gelu_tanh_value);
-    } else {
-      out.norm_var_ratio = detail::smooth_activation_norm_var_ratio<Gelu>(in, &detail::GeluQuadrature<double>::value);
-    }
+    if (form_ == GeluForm::tanh) tanh_forward(in, out);
+    out.norm_var_ratio =
+        form_ == GeluForm::tanh
+            ? detail::smooth_activation_norm_var_ratio<detail::GeluTanhNormTag>(in, &detail::gelu_tanh_value)
+            : detail::smooth_activation_norm_var_ratio<Gelu>(in, &detail::GeluQuadrature<double>::value);
     spread::carry_elementwise(*this, in, out);  // core/hidden_spread.hpp
     return out;
   }
