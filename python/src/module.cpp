@@ -432,7 +432,10 @@ PYBIND11_MODULE(_sigprop, m) {
 
   // The enumerations: a new C++ value is one .value line.
   py::enum_<FfnActivation> activation(m, "Activation");
-  activation.value("relu", FfnActivation::relu).value("gelu", FfnActivation::gelu).value("silu", FfnActivation::silu);
+  activation.value("relu", FfnActivation::relu)
+      .value("gelu", FfnActivation::gelu)
+      .value("silu", FfnActivation::silu)
+      .value("gelu_tanh", FfnActivation::gelu_tanh);
   py::enum_<Norm> norm(m, "Norm");
   norm.value("layernorm", Norm::layernorm).value("rmsnorm", Norm::rmsnorm);
   py::enum_<AttentionGradient> gradient(m, "AttentionGradient");
