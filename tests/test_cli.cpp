@@ -207,7 +207,8 @@ TEST_CASE("cli: a causal model's table and sweep give the positions' average gra
   // over the positions of trace_position_gradients), the text form says so,
   // and sweep's gradient figures are those of the same rows.
   const sigprop::ModelConfig c = small_decoder("gpt2", 2, 32);
-  const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier);
+  const sigprop::InputSpec tables = sigprop::with_architecture(sigprop::InputSpec{}, "gpt2");
+  const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier, tables);
   const sigprop::Trace t =
       sigprop::with_position_gradients(sigprop::trace(c, w), sigprop::trace_position_gradients(c, w, {1}));
   const Outcome csv = run_cli({"table", "--arch", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32",
@@ -233,6 +234,7 @@ TEST_CASE("cli: a causal model's table and sweep give the positions' average gra
   CHECK(long_text.out.find("# grad_var, grad_corr_len: the sequence-averaged state") != std::string::npos);
   sigprop::SweepPoint point;
   point.config = c;
+  point.input = tables;
   const sigprop::SweepSummary s = sigprop::sweep({point})[0];
   const sigprop::SweepSummary expected = sigprop::summarize_trace(t, {});
   CHECK(s.grad_min == Approx(expected.grad_min).epsilon(1e-12));
@@ -256,7 +258,7 @@ TEST_CASE("cli: --rotary puts rotary embeddings on every head (table, sweep)", "
   using sigprop::cli::exact;
   // (the gradient column of a causal model: the average over the positions)
   c.rotary_base = 10000;
-  const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier);
+  const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier, tables);
   const double grad_var = sigprop::with_position_gradients(t, sigprop::trace_position_gradients(c, w, {1})).rows[3].backward.var;
   c.rotary_base = 0;
   const std::string last_row = "3," + exact(t.rows[3].forward.var) + "," + exact(t.rows[3].forward.corr_len) + "," +
