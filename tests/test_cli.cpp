@@ -209,7 +209,7 @@ TEST_CASE("cli: a causal model's table and sweep give the positions' average gra
   const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier);
   const sigprop::Trace t =
       sigprop::with_position_gradients(sigprop::trace(c, w), sigprop::trace_position_gradients(c, w, {1}));
-  const Outcome csv = run({"table", "--arch", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32",
+  const Outcome csv = run_cli({"table", "--arch", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32",
                            "--format", "csv"});
   REQUIRE(csv.status == 0);
   using sigprop::cli::exact;
@@ -220,14 +220,14 @@ TEST_CASE("cli: a causal model's table and sweep give the positions' average gra
     INFO("row " << n << ": " << row);
     CHECK(csv.out.find(row) != std::string::npos);
   }
-  const Outcome text = run({"table", "--arch", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32"});
+  const Outcome text = run_cli({"table", "--arch", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32"});
   REQUIRE(text.status == 0);
   CHECK(text.out.find("# grad_var, grad_corr_len: the average over the positions") != std::string::npos);
-  CHECK(run({"table", "--layers", "2", "--d", "64", "--heads", "2"}).out.find("average over the positions") ==
+  CHECK(run_cli({"table", "--layers", "2", "--d", "64", "--heads", "2"}).out.find("average over the positions") ==
         std::string::npos);
   // Beyond 4096 tokens: the sequence-averaged state, said so.
   const Outcome long_text =
-      run({"table", "--arch", "gpt2", "--layers", "1", "--d", "64", "--heads", "2", "--seq", "5000"});
+      run_cli({"table", "--arch", "gpt2", "--layers", "1", "--d", "64", "--heads", "2", "--seq", "5000"});
   REQUIRE(long_text.status == 0);
   CHECK(long_text.out.find("# grad_var, grad_corr_len: the sequence-averaged state") != std::string::npos);
   sigprop::SweepPoint point;
@@ -425,7 +425,7 @@ double init_std(const std::string& csv, std::size_t layer, const std::string& we
 }
 
 TEST_CASE("cli: init --scheme gpt2 and llama print R and R/sqrt(2N)", "[cli][schemes]") {
-  const Outcome gpt2 = run({"init", "--scheme", "gpt2", "--layers", "3", "--d", "64", "--heads", "2", "--format", "csv"});
+  const Outcome gpt2 = run_cli({"init", "--scheme", "gpt2", "--layers", "3", "--d", "64", "--heads", "2", "--format", "csv"});
   REQUIRE(gpt2.status == 0);
   const double R = 0.02, N = 3;
   CHECK(init_std(gpt2.out, 0, "embedding") == Approx(R).epsilon(1e-15));
@@ -434,26 +434,26 @@ TEST_CASE("cli: init --scheme gpt2 and llama print R and R/sqrt(2N)", "[cli][sch
   for (std::size_t n = 1; n <= 3; ++n)
     for (const char* w : {"o", "ffn2"}) CHECK(init_std(gpt2.out, n, w) == Approx(R / std::sqrt(2 * N)).epsilon(1e-15));
   CHECK(gpt2.out.find(",ffn_gate,") == std::string::npos);  // the gpt2 architecture: plain FFN
-  const Outcome table = run({"table", "--scheme", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "16"});
+  const Outcome table = run_cli({"table", "--scheme", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "16"});
   CHECK(table.out.rfind("# gpt2, gpt2, N = 2, d = 64, H = 2, FFN width 256, gelu, L = 16, p = 0.1\n", 0) == 0);
 
-  const Outcome llama = run({"init", "--scheme", "llama", "--layers", "2", "--d", "96", "--heads", "2",
+  const Outcome llama = run_cli({"init", "--scheme", "llama", "--layers", "2", "--d", "96", "--heads", "2",
                              "--initializer-range", "0.05", "--format", "csv"});
   REQUIRE(llama.status == 0);
   CHECK(init_std(llama.out, 0, "embedding") == Approx(0.05).epsilon(1e-15));
   for (std::size_t n = 1; n <= 2; ++n)
     for (const char* w : {"q", "k", "v", "o", "ffn1", "ffn2", "ffn_gate"})
       CHECK(init_std(llama.out, n, w) == Approx(0.05).epsilon(1e-15));
-  const Outcome llama_table = run({"table", "--scheme", "llama", "--layers", "2", "--d", "96", "--heads", "2"});
+  const Outcome llama_table = run_cli({"table", "--scheme", "llama", "--layers", "2", "--d", "96", "--heads", "2"});
   CHECK(llama_table.out.rfind("# llama, llama, N = 2, d = 96, H = 2, FFN width 256, silu, L = 256, p = 0\n", 0) == 0);
   // --initializer-range changes bert's 0.02 too.
-  const Outcome bert = run({"init", "--scheme", "bert", "--layers", "1", "--initializer-range", "0.1", "--format", "csv"});
+  const Outcome bert = run_cli({"init", "--scheme", "bert", "--layers", "1", "--initializer-range", "0.1", "--format", "csv"});
   CHECK(init_std(bert.out, 1, "ffn2") == Approx(0.1).epsilon(1e-15));
   require_usage_error({"init", "--scheme", "gpt2", "--initializer-range", "0"}, "--initializer-range", "0", "(0, inf)");
 }
 
 TEST_CASE("cli: --attn-dropout and --ffn-dropout reach the model (table, sweep)", "[cli][models]") {
-  const Outcome o = run({"table", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32", "--attn-dropout", "0.3",
+  const Outcome o = run_cli({"table", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32", "--attn-dropout", "0.3",
                          "--ffn-dropout", "0.2", "--format", "csv"});
   REQUIRE(o.status == 0);
   sigprop::ModelConfig c;
@@ -467,11 +467,11 @@ TEST_CASE("cli: --attn-dropout and --ffn-dropout reach the model (table, sweep)"
   const std::string row2 = "\n2," + sigprop::cli::exact(t.rows[2].forward.var) + "," +
                            sigprop::cli::exact(t.rows[2].forward.corr_len) + "," + sigprop::cli::exact(t.rows[2].backward.var) + ",";
   CHECK(o.out.find(row2) != std::string::npos);
-  const Outcome text = run({"table", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32", "--attn-dropout", "0",
+  const Outcome text = run_cli({"table", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32", "--attn-dropout", "0",
                             "--ffn-dropout", "0.1"});
   CHECK(text.out.rfind("# pre-ln, xavier, N = 2, d = 64, H = 2, FFN width 256, relu, L = 32, p = 0.1, attention p = 0, "
                        "FFN hidden p = 0.1\n", 0) == 0);
-  const Outcome sweep = run({"sweep", "--scheme", "xavier", "--layers", "2", "--d", "64", "--head-dim", "32", "--seq", "32",
+  const Outcome sweep = run_cli({"sweep", "--scheme", "xavier", "--layers", "2", "--d", "64", "--head-dim", "32", "--seq", "32",
                              "--attn-dropout", "0.3", "--ffn-dropout", "0.2", "--format", "csv"});
   REQUIRE(sweep.status == 0);
   // final_var, the ninth column of the one row after the header.
