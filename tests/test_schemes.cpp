@@ -218,7 +218,7 @@ TEST_CASE("schemes: Admin's residual dependencies, Pre-LN 1/i against Post-LN co
 }
 
 TEST_CASE("schemes: gpt2 and llama, R^2 everywhere and GPT-2's R^2/(2N) on the residual projections", "[schemes]") {
-  ModelConfig c = with_architecture(small(Arch::pre_ln), "gpt2");  // N = 6, d = 256
+  ModelConfig c = with_architecture(scheme_model(Arch::pre_ln), "gpt2");  // N = 6, d = 256
   const double R2 = 0.02 * 0.02, N = 6;
   const auto g = initialize(c, Scheme::gpt2);
   CHECK(g.embedding_var == Approx(R2).epsilon(1e-15));
@@ -228,7 +228,7 @@ TEST_CASE("schemes: gpt2 and llama, R^2 everywhere and GPT-2's R^2/(2N) on the r
     CHECK(w.attn_branch == 1);
     CHECK(w.ffn_skip == 1);
   }
-  c = with_architecture(small(Arch::pre_ln), "llama");
+  c = with_architecture(scheme_model(Arch::pre_ln), "llama");
   c.initializer_range = 0.05;
   const auto l = initialize(c, Scheme::llama);
   CHECK(l.embedding_var == Approx(0.0025).epsilon(1e-15));
