@@ -149,12 +149,19 @@ std::vector<LayerUpdate<T, BatchLayerWeights<T>>> layer_updates(const ModelConfi
     s.hidden = constant<T>(static_cast<double>(c.hidden_width()));
     s.seq_len = c.seq_len * (1 + floor_of<T>(t * 8));
     s.dropout = 0.3 * t;
+    s.attention_dropout = s.dropout;
+    s.ffn_dropout = constant<T>(0);
+    s.ln_gain = constant<T>(1);
+    s.ln_bias = constant<T>(0);
     const T scale = 0.5 + t;
     const BatchLayerWeights<T> bw{scale * w.q,    scale * w.k,    scale * w.v,
                                   scale * w.o,    scale * w.ffn1, scale * w.ffn2,
                                   scale * w.ffn_gate,
                                   constant<T>(w.attn_skip), constant<T>(w.attn_branch),
-                                  constant<T>(w.ffn_skip),  constant<T>(w.ffn_branch)};
+                                  constant<T>(w.ffn_skip),  constant<T>(w.ffn_branch),
+                                  constant<T>(w.q_bias),    constant<T>(w.k_bias),  constant<T>(w.v_bias),
+                                  constant<T>(w.o_bias),    constant<T>(w.ffn1_bias), constant<T>(w.ffn2_bias),
+                                  constant<T>(w.ffn_gate_bias)};
     const Moments<T> bx{constant<T>(x.mean), constant<T>(x.var), 0.9 * t, constant<T>(0)};
     const GradMoments<T> btop{constant<T>(1), constant<T>(top.corr_len)};
     updates.push_back({s, bw, bx, btop});

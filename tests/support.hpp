@@ -18,6 +18,7 @@
 
 #include "catch.hpp"
 #include "sigprop/core/moments.hpp"
+#include "sigprop/models/config.hpp"
 #include "sigprop/montecarlo/validation.hpp"
 
 namespace sigprop::test {
@@ -25,6 +26,21 @@ namespace sigprop::test {
 // --- references written out independently of the library -------------------
 
 inline const double pi = boost::math::constants::pi<double>();
+
+/// The model of a whole-model test: its architecture, sizes, dropout and
+/// activation; the rest ModelConfig's defaults.
+inline ModelConfig model_of(Arch arch, std::size_t layers, std::size_t d, std::size_t heads, std::size_t seq_len,
+                            double dropout = 0.1, FfnActivation activation = FfnActivation::relu) {
+  ModelConfig c;
+  c.arch = arch;
+  c.layers = layers;
+  c.d = d;
+  c.heads = heads;
+  c.seq_len = seq_len;
+  c.dropout = dropout;
+  c.activation = activation;
+  return c;
+}
 
 /// The standard normal density. T is named, not deduced (phi<long double>,
 /// phi<Big>), so that an argument such as -x of a multiprecision type is not

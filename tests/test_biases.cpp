@@ -153,15 +153,7 @@ void check_model(const char* label, const sigprop::ModelConfig& c, const sigprop
 }
 
 sigprop::ModelConfig small(sigprop::Arch arch) {
-  sigprop::ModelConfig c;
-  c.arch = arch;
-  c.layers = 3;
-  c.d = 64;
-  c.heads = 4;
-  c.seq_len = 32;
-  c.dropout = 0.1;
-  c.activation = sigprop::FfnActivation::gelu;
-  return c;
+  return sigprop::test::model_of(arch, 3, 64, 4, 32, 0.1, sigprop::FfnActivation::gelu);
 }
 
 }  // namespace

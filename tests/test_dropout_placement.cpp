@@ -16,17 +16,7 @@ namespace mc = sigprop::montecarlo;
 
 namespace {
 
-ModelConfig encoder(Arch arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.layers = 4;
-  c.d = 128;
-  c.heads = 4;
-  c.seq_len = 64;
-  c.dropout = 0.1;
-  c.activation = FfnActivation::relu;
-  return c;
-}
+ModelConfig encoder(Arch arch) { return sigprop::test::model_of(arch, 4, 128, 4, 64); }
 
 struct Run {
   Trace predicted, other;  // `other`: the placement the model does not have

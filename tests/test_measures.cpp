@@ -14,15 +14,7 @@ using namespace sigprop;
 using sigprop::test::within;
 
 namespace {
-ModelConfig small(Arch arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.layers = 4;
-  c.d = 128;
-  c.heads = 2;
-  c.seq_len = 64;
-  return c;
-}
+ModelConfig small(Arch arch) { return sigprop::test::model_of(arch, 4, 128, 2, 64); }
 }  // namespace
 
 TEST_CASE("measures: Linear's weight-gradient norm", "[measures]") {

@@ -20,14 +20,8 @@ TEST_CASE("post-ln: gradient length correlation at every layer against simulatio
   // correlation 0.2: the same pattern as d = 128, 12 layers at a tenth of the
   // cost. Without the cross term along length the prediction was up to 0.042
   // high in the middle layers (6.5 standard errors at 256 trials).
-  sigprop::ModelConfig c;
-  c.arch = sigprop::Arch::post_ln;
-  c.layers = 8;
-  c.d = 64;
-  c.heads = 2;
-  c.seq_len = 32;
-  c.dropout = 0;
-  c.activation = sigprop::FfnActivation::gelu;
+  const sigprop::ModelConfig c =
+      sigprop::test::model_of(sigprop::Arch::post_ln, 8, 64, 2, 32, 0, sigprop::FfnActivation::gelu);
   const mc::ModelCase k{"post-ln xavier gelu", c, sigprop::Scheme::xavier};
   mc::SimulationSetup setup;
   setup.trials = 256;

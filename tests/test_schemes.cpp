@@ -5,20 +5,13 @@
 #include "sigprop/components/layernorm.hpp"
 #include "sigprop/models/measures.hpp"
 #include "sigprop/models/schemes.hpp"
+#include "support.hpp"
 
 using namespace sigprop;
 
 namespace {
 ModelConfig scheme_model(Arch arch, FfnActivation act = FfnActivation::relu) {
-  ModelConfig c;
-  c.arch = arch;
-  c.layers = 6;
-  c.d = 256;
-  c.heads = 4;
-  c.seq_len = 128;
-  c.dropout = 0.1;
-  c.activation = act;
-  return c;
+  return sigprop::test::model_of(arch, 6, 256, 4, 128, 0.1, act);
 }
 }  // namespace
 

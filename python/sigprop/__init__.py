@@ -44,7 +44,21 @@ def _frame(columns):
     return pandas.DataFrame(columns)
 
 
-class Trace:
+class _Columns:
+    """Named numpy columns, read as attributes (trace.var)."""
+
+    @property
+    def columns(self):
+        return list(self._columns)
+
+    def __getattr__(self, name):
+        columns = self.__dict__.get("_columns", {})
+        if name in columns:
+            return columns[name]
+        raise AttributeError(f"{type(self).__name__} has no column {name!r} (columns: {', '.join(columns)})")
+
+
+class Trace(_Columns):
     """Per-layer moments of one model: columns (numpy arrays of length
     layers + 1, row n the output of layer n, row 0 the model input) named as
     the CLI's csv: var, corr_len, mean, corr_dim, ..., grad_var,
@@ -58,16 +72,6 @@ class Trace:
         self.output = result["output"]
         self.output_change = result["output_change"]
         self.sensitivity = result["sensitivity"]
-
-    @property
-    def columns(self):
-        return list(self._columns)
-
-    def __getattr__(self, name):
-        columns = self.__dict__.get("_columns", {})
-        if name in columns:
-            return columns[name]
-        raise AttributeError(f"Trace has no column {name!r} (columns: {', '.join(columns)})")
 
     def __len__(self):
         return len(self._columns["layer"])
@@ -113,7 +117,7 @@ class BatchTrace:
         return _frame(columns)
 
 
-class PositionTrace:
+class PositionTrace(_Columns):
     """Each position's moments through a decoder (trace_positions,
     trace_position_gradients): `position` the 1-based positions, columns 2-D
     arrays [layer, position] (mid_ columns NaN at layer 0)."""
@@ -121,16 +125,6 @@ class PositionTrace:
     def __init__(self, result):
         self.position = result.pop("position")
         self._columns = result
-
-    @property
-    def columns(self):
-        return list(self._columns)
-
-    def __getattr__(self, name):
-        columns = self.__dict__.get("_columns", {})
-        if name in columns:
-            return columns[name]
-        raise AttributeError(f"PositionTrace has no column {name!r}")
 
     def to_pandas(self):
         """One row per layer and position."""
