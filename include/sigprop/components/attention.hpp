@@ -40,11 +40,13 @@
 // Softmax path dX = dQ Wq^T + dK Wk^T, with A = d_k v_var g^2 d_in t / L and
 // D = (pos_var + p common)/(1 - p):
 //   Var_Q = A (F_jac pos_var D + L n^2 pos_cov_sq / d_in)
-//   Cov_Q = A r_g (F_cov pos_var^2 + L n^2 pos_cov_sq / d_in)
+//   Cov_Q = A r_g (F_cov e pos_var^2 + L n^2 pos_cov_sq / d_in)
 //   Var_K = A (F_jac (pos_var m2 + p (common pos_var + shared4)) / (1 - p)
-//              + (L - 1) r_g F_cov pos_var common_eff),   Cov_K = -Var_K / (L - 1)
+//              + (L - 1) r_g F_cov e pos_var common_eff),   Cov_K = -Var_K / (L - 1)
 //   shared4 = common^2 + 2 r s^2 (r s^2 + 2 mu^2)/d_in,
-//   common_eff = common + (pos_var^3 + 2 pos_var^2 common + 2 pos_var common^2) t (1 + (d_in + 1)/d_k).
+//   common_eff = common + (pos_var^3 + 2 pos_var^2 common + 2 pos_var common^2) t (1 + (d_in + 1)/d_k),
+//   e = 1 - 2 (S2 + rho (<P> - S2)) + F_cov/L   (the pair's centring, S2 = F_var/L,
+//       <P> = (1 - F_jac/F_var + S2)/2 the weight of the key a query favours).
 // The paths are uncorrelated to this order: backward() adds them. Rotary
 // embeddings keep the share f_L of the coordinate pairs where all of this
 // holds (detail/rotary.hpp). Exact for any L at q_var k_var = 0 or r = 1;

@@ -39,8 +39,7 @@ struct SoftmaxSums {
   T shrink_cross;  ///< mean over query pairs of shrink_i shrink_m
   T pair_cross;    ///< mean over query pairs of X_im
   /// key_pairs and pair_cross with each pair weighted by the centring of the
-  /// softmax Jacobian that the pair shares (1 - O(1/L) for full attention,
-  /// not applied there).
+  /// softmax Jacobian that the pair shares, 1 - <P>_i - <P>_m + X_im.
   T key_pairs_centred;
   T pair_cross_centred;
   /// The tilt factors C and O of the query: E|sum_k P_ik x_k|^2 per unit is
@@ -67,8 +66,18 @@ SoftmaxSums<T> full_sums(const AttentionTerms<T>& a, const T& L) {
   s.sum_sq = s.key_sq = sum_sq;
   s.shrink_sq = s.shrink_cross = shrink * shrink;
   s.jacobian = s.key_jacobian = jacobian;
-  s.key_pairs = s.key_pairs_centred = (L - 1) * pair_cross;
-  s.pair_cross = s.pair_cross_centred = pair_cross;
+  // Each pair of queries shares the softmax Jacobian's centring
+  // 1 - 2 <P>_pair + X: <P>_pair = E[P_ik^2 P_mk]/E[P_ik P_mk], the weight
+  // query i puts on a key that query m favours, S2 for independent queries,
+  // <P> = (1 - J/S2 + S2)/2 for the same query, linear in between in the
+  // queries' correlation rho.
+  const T favoured = (1 - a.weight_jacobian / a.weight_sq + sum_sq) / 2;
+  const T pair_favoured = sum_sq + a.corr_queries * (favoured - sum_sq);
+  const T centring = 1 - 2 * pair_favoured + pair_cross;
+  s.key_pairs = (L - 1) * pair_cross;
+  s.key_pairs_centred = s.key_pairs * centring;
+  s.pair_cross = pair_cross;
+  s.pair_cross_centred = pair_cross * centring;
   s.tilt_cross = a.tilt_cross;
   s.tilt_own = a.tilt_own;
   s.rotary_keep = a.rotary_keep;
