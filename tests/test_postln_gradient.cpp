@@ -104,7 +104,7 @@ TEST_CASE("post-ln: the softmax path's query pairs share the Jacobian's centring
     const double q_cov = projections.query.cov_len();
     std::printf(", dLoss/dQ length covariance %.5f / %.5f +- %.5f", q_cov, q.cov_len.value, q.cov_len.std_error);
     // Not checked: the key path's pair term keeps the tilt overestimate
-    // of docs/components/attention.md (5-19 % of the variance here).
+    // of docs/components/attention.md (8-19 % of the variance here).
     std::printf(", dLoss/dK variance %.5f / %.5f +- %.5f\n", projections.key.var, k.var.value, k.var.std_error);
     // The centring to 2 % (the form's <P> and X come from the concentration
     // tables; measured 0.794-0.853 against 0.804-0.859); the covariance to
