@@ -30,7 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Activation", "AttentionGradient", "BatchTrace", "Component", "GradMoments", "LayerWeights",
     "ModelConfig", "ModelWeights", "Moments", "Norm", "PositionTrace", "Trace", "components",
-    "from_hf_config", "initialize", "schemes", "sweep", "trace", "trace_batch",
+    "embedding_input", "from_hf_config", "initialize", "schemes", "sweep", "trace", "trace_batch",
     "trace_position_gradients", "trace_positions",
 ]
 
@@ -172,11 +172,23 @@ def _weights(config, weights):
     return weights
 
 
-def trace(config, weights=None, grad=None):
+def trace(config, weights=None, grad=None, position_gradients=False):
     """The per-layer trace of `config` with `weights` (a ModelWeights from
     initialize(), or a scheme name; default xavier); `grad` the gradient
-    moments at the model output (default variance 1, correlation 0)."""
-    return Trace(_core.trace(_config(config), _weights(config, weights), _grad(grad)))
+    moments at the model output (default variance 1, correlation 0).
+    position_gradients: for a causal Pre-LN model, every row's gradient the
+    average over the positions of each position's gradient (as `sigprop
+    table` prints it; what a measurement over the whole sequence gives)."""
+    return Trace(_core.trace(_config(config), _weights(config, weights), _grad(grad), bool(position_gradients)))
+
+
+def embedding_input(config, token_var, position_var=0.0, segment_var=0.0, scale=1.0):
+    """The model input of `config`'s embedding (its tables: token_table,
+    position_table, segment_table; vocab, seq_len, dropout,
+    embedding_layernorm) when each table has its own per-entry variance:
+    (the embedding's output after dropout, the model input) as Moments."""
+    return _core.embedding_input(_config(config), float(token_var), float(position_var), float(segment_var),
+                                 float(scale))
 
 
 def trace_batch(configs, weights=None, grad=None):

@@ -22,6 +22,9 @@
 
 #include "cli/args.hpp"
 #include "cli/run.hpp"
+#include "sigprop/components/dropout.hpp"
+#include "sigprop/components/embedding.hpp"
+#include "sigprop/components/layernorm.hpp"
 #include "sigprop/io/hf_config.hpp"
 #include "sigprop/models/measures.hpp"
 #include "sigprop/models/positions.hpp"
@@ -175,6 +178,22 @@ void bind_config_fields(ConfigClass& cls, const py::object& activation, const py
   enum_field<FfnActivation>(cls, "activation", activation, SIGPROP_REF(c.config.activation), "FFN activation");
   count_field(cls, "seq_len", SIGPROP_REF(c.config.seq_len), "sequence length L", 2);
   number_field(cls, "dropout", SIGPROP_REF(c.config.dropout), "dropout probability p");
+  add_field(
+      cls, "attention_dropout",
+      [](const PyModelConfig& c) -> py::object {
+        if (!c.config.attention_dropout) return py::none();
+        return py::float_(*c.config.attention_dropout);
+      },
+      [](PyModelConfig& c, const py::handle& v) {
+        if (v.is_none()) c.config.attention_dropout.reset();
+        else c.config.attention_dropout = to_double("attention_dropout", v);
+      },
+      "dropout on the attention probabilities (None: dropout)");
+  number_field(cls, "ffn_dropout", SIGPROP_REF(c.config.ffn_dropout), "dropout after the FFN activation");
+  number_field(cls, "initializer_range", SIGPROP_REF(c.config.initializer_range),
+               "the std of the bert, gpt2 and llama schemes");
+  number_field(cls, "ln_gain", SIGPROP_REF(c.config.ln_gain), "every norm's initial gain");
+  number_field(cls, "ln_bias", SIGPROP_REF(c.config.ln_bias), "every LayerNorm's initial bias");
   flag_field(cls, "final_layernorm", SIGPROP_REF(c.config.final_layernorm), "Pre-LN: a norm after the last layer");
   enum_field<AttentionGradient>(cls, "attention_gradient", gradient, SIGPROP_REF(c.config.attention_gradient),
                                 "all_paths or value_path_only (the paper's B.8)");
@@ -475,8 +494,16 @@ PYBIND11_MODULE(_sigprop, m) {
       .def_readwrite("attn_skip", &LayerWeights::attn_skip)
       .def_readwrite("attn_branch", &LayerWeights::attn_branch)
       .def_readwrite("ffn_skip", &LayerWeights::ffn_skip)
-      .def_readwrite("ffn_branch", &LayerWeights::ffn_branch);
+      .def_readwrite("ffn_branch", &LayerWeights::ffn_branch)
+      .def_readwrite("q_bias", &LayerWeights::q_bias)
+      .def_readwrite("k_bias", &LayerWeights::k_bias)
+      .def_readwrite("v_bias", &LayerWeights::v_bias)
+      .def_readwrite("o_bias", &LayerWeights::o_bias)
+      .def_readwrite("ffn1_bias", &LayerWeights::ffn1_bias)
+      .def_readwrite("ffn2_bias", &LayerWeights::ffn2_bias)
+      .def_readwrite("ffn_gate_bias", &LayerWeights::ffn_gate_bias);
   py::class_<ModelWeights>(m, "ModelWeights", "An initialization: input moments and each layer's weights")
+      .def(py::init<>())
       .def_readwrite("input", &ModelWeights::input)
       .def_readwrite("embedding_var", &ModelWeights::embedding_var)
       .def_readwrite("embedding_scale", &ModelWeights::embedding_scale)
@@ -518,16 +545,51 @@ PYBIND11_MODULE(_sigprop, m) {
 
   m.def(
       "trace",
-      [](const PyModelConfig& c, const ModelWeights& w, const GradMoments<double>& grad) {
+      [](const PyModelConfig& c, const ModelWeights& w, const GradMoments<double>& grad, bool position_gradients) {
         check_config(c);
         Trace t;
         {
           py::gil_scoped_release release;
           t = trace(c.config, w, grad);
+          // Causal Pre-LN: every row's gradient the average over the
+          // positions, as `sigprop table` prints it (models/positions.hpp).
+          if (position_gradients && has_position_gradients(c.config))
+            t = with_position_gradients(std::move(t), trace_position_gradients(c.config, w, {1}, grad));
         }
         return trace_result(t);
       },
-      py::arg("config"), py::arg("weights"), py::arg("grad"));
+      py::arg("config"), py::arg("weights"), py::arg("grad"), py::arg("position_gradients") = false);
+
+  // The model input of an embedding whose tables have their own variances:
+  // Embedding (components/embedding.hpp; the tables of config's InputSpec),
+  // then Dropout(p), then, with embedding_layernorm, the norm
+  // (schemes.ipp's embedding_output with one variance per table).
+  m.def(
+      "embedding_input",
+      [](const PyModelConfig& c, double token_var, double position_var, double segment_var, double scale) {
+        constexpr const char* fn = "sigprop.embedding_input";
+        check_config(c);
+        require_positive(fn, "embedding_scale", scale);
+        for (const auto& [name, v] : {std::pair{"token_var", token_var}, std::pair{"position_var", position_var},
+                                      std::pair{"segment_var", segment_var}})
+          require_variance(fn, name, v);
+        EmbeddingConfig<double> e;
+        e.vocab = c.input.vocab;
+        e.seq_len = static_cast<double>(c.config.seq_len);
+        e.token = c.input.token;
+        e.position = c.input.position;
+        e.segment = c.input.segment;
+        e.token_var = scale * scale * token_var;
+        e.position_var = scale * scale * position_var;
+        e.segment_var = scale * scale * segment_var;
+        const Moments<double> out = Dropout<double>(c.config.dropout).forward(Embedding<double>(e).forward({}));
+        const Moments<double> input =
+            c.input.embedding_layernorm
+                ? LayerNorm<double>(static_cast<double>(c.config.d), c.config.ln_gain, c.config.ln_bias).forward(out)
+                : out;
+        return py::make_tuple(out, input);
+      },
+      py::arg("config"), py::arg("token_var"), py::arg("position_var"), py::arg("segment_var"), py::arg("scale") = 1.0);
 
   m.def(
       "trace_batch",
