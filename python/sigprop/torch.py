@@ -956,7 +956,7 @@ def _scheme_findings(description, expected, scheme_name, k, rtol):
     findings = []
     for e in description.entries:
         if e.layer is None:
-            if not expected_tables(description):
+            if not _has_tables(description):
                 continue
             target = expected.embedding_var
         else:
@@ -980,7 +980,7 @@ def _scheme_findings(description, expected, scheme_name, k, rtol):
     return findings
 
 
-def expected_tables(description):
+def _has_tables(description):
     return bool(description.embedding)
 
 
