@@ -997,6 +997,13 @@ def _departures(pred, meas, k, rtol, corr_tol):
 
 
 def _measurement_findings(description, pred, meas, flags):
+    """At most one finding for the forward pass and, when the forward pass
+    agrees, one for the backward pass. A departure propagates (forward: to
+    every later row; backward: to every row below), so the finding names the
+    sublayer that introduced most of it: the largest change of the error
+    (log measured/predicted for variances, measured - predicted for
+    correlations) from one row to the next, among the rows up to the first
+    departing one (forward) or down to it from the output (backward)."""
     rows = description.rows
     findings = []
 
@@ -1004,29 +1011,41 @@ def _measurement_findings(description, pred, meas, flags):
         layer, sublayer, module, _ = rows[i]
         where = "the model input" if sublayer == "input" else \
             f"layer {layer} after the attention sublayer" if sublayer == "attention" else f"layer {layer}"
-        return (f"{q} at {where}: measured {meas[q][i]:.4g} +- {meas[q + '_se'][i]:.2g}, "
-                f"predicted {pred[q][i]:.4g} ({(meas[q][i] / pred[q][i] - 1) * 100 if pred[q][i] else math.inf:+.1f} %)")
+        change = f" ({(meas[q][i] / pred[q][i] - 1) * 100:+.1f} %)" if pred[q][i] and "corr" not in q else ""
+        return f"{q} at {where}: measured {meas[q][i]:.4g} +- {meas[q + '_se'][i]:.2g}, predicted {pred[q][i]:.4g}{change}"
+
+    def error(q, i):
+        m, p = meas[q][i], pred[q][i]
+        if "corr" in q:
+            return m - p
+        return math.log(m / p) if m > 0 and p > 0 else (0.0 if m == p else math.inf)
 
     forward = [i for i in range(len(rows)) if flags["var"][i] or flags["corr_len"][i]]
     if forward:
         i = forward[0]
         q = "var" if flags["var"][i] else "corr_len"
+        jumps = [abs(error(q, r) - (error(q, r - 1) if r > 0 else 0.0)) for r in range(i + 1)]
+        culprit = int(np.argmax(jumps))
+        module = rows[culprit][2]
         later = len(forward) - 1
-        module = rows[i][2] or "input"
-        findings.append(Finding(rows[i][2], "measurement", pred[q][i], meas[q][i],
-                                f"{module}: {text(i, q)}; the first departing row in the forward pass"
-                                + (f" ({later} later rows depart too, as they follow from it)" if later else "")
-                                + " - the module does not compute what its names and weights say"))
+        findings.append(Finding(module, "measurement", pred[q][i], meas[q][i],
+                                f"{module or 'input'}: {text(i, q)}; the first departing row of the forward pass"
+                                + (f" ({later} later rows depart too)" if later else "")
+                                + (f", most of it introduced at {text(culprit, q)}" if culprit != i else "")
+                                + " - the model does not compute what sigprop reads from its modules and weights"))
         return findings
     backward = [i for i in range(len(rows)) if flags["grad_var"][i] or flags["grad_corr_len"][i]]
     if backward:
         i = backward[-1]
         q = "grad_var" if flags["grad_var"][i] else "grad_corr_len"
-        above = i + 1 if i + 1 < len(rows) else i
-        module = rows[above][2] if i + 1 < len(rows) else _final_module(description)
+        last = len(rows) - 1
+        jumps = {r: abs(error(q, r) - (error(q, r + 1) if r < last else 0.0)) for r in range(i, last + 1)}
+        r = max(jumps, key=jumps.get)
+        module = rows[r + 1][2] if r < last else _final_module(description)
         findings.append(Finding(module, "measurement", pred[q][i], meas[q][i],
-                                f"{module or 'output'}: {text(i, q)}; the first departing row of the backward pass "
-                                f"(the sublayer above it does not backpropagate as predicted)"))
+                                f"{module or 'output'}: {text(i, q)}; the first departing row of the backward pass, "
+                                f"most of it introduced {'by the sublayer above ' + text(r, q) if r < last else 'at the output'}"
+                                " - the module does not backpropagate as sigprop predicts"))
     return findings
 
 
