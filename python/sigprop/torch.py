@@ -1131,7 +1131,8 @@ class Report:
         cols = self.columns
         x = np.asarray(cols["layer"], dtype=float) - np.where(np.asarray(cols["sublayer"]) == "attention", 0.5, 0.0)
         flagged = {f.module for f in self.findings}
-        marks = [x[i] for i in range(len(x)) if cols["module"][i] in flagged]
+        marks = [x[i] for i in range(len(x)) if cols["module"][i] and
+                 any(f == cols["module"][i] or f.startswith(cols["module"][i] + ".") for f in flagged)]
         titles = {"var": "variance", "corr_len": "length correlation", "grad_var": "gradient variance",
                   "grad_corr_len": "gradient length correlation"}
         for ax, q in zip(axes.flat, _QUANTITIES):
