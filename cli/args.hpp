@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "sigprop/components/detail/attention_terms.hpp"
 #include "sigprop/components/detail/rotary.hpp"
 #include "sigprop/core/errors.hpp"
 #include "sigprop/core/validate.hpp"
@@ -161,6 +162,12 @@ inline double parse_rotary(const Args& a, double head_width) {
     throw usage_error("--rotary needs heads of width at least 2 and at most 65536 (head width " +
                       sigprop::detail::format_number(head_width) + ")");
   return base;
+}
+
+/// --logit-scale inv-sqrt-dk|inv-dk: the attention logits Q K^T over sqrt(d_k) or d_k.
+inline LogitScale parse_logit_scale(const Args& a) {
+  return a.choice("logit-scale", {"inv-sqrt-dk", "inv-dk"}, "inv-sqrt-dk") == "inv-dk" ? LogitScale::inv_dk
+                                                                                       : LogitScale::inv_sqrt_dk;
 }
 
 }  // namespace sigprop::cli

@@ -53,9 +53,10 @@ inline const std::vector<ComponentEntry>& component_table() {
        [](const Args&, const Moments<double>& in, const GradMoments<double>& g) {
          return evaluate(Relu<double>(), in, g);
        }},
-      {"gelu", {}, "(no parameters; GeLU = x Phi(x))",
-       [](const Args&, const Moments<double>& in, const GradMoments<double>& g) {
-         return evaluate(Gelu<double>(), in, g);
+      {"gelu", {"form"}, "--form erf|tanh (erf: x Phi(x); tanh: GPT-2's approximation)",
+       [](const Args& a, const Moments<double>& in, const GradMoments<double>& g) {
+         const bool tanh = a.choice("form", {"erf", "tanh"}, "erf") == "tanh";
+         return evaluate(Gelu<double>(tanh ? GeluForm::tanh : GeluForm::erf), in, g);
        }},
       {"layernorm", {"d", "gain", "bias"}, "--d D (768, >= 4) --gain G (1) --bias B (0)",
        [](const Args& a, const Moments<double>& in, const GradMoments<double>& g) {
@@ -71,16 +72,18 @@ inline const std::vector<ComponentEntry>& component_table() {
                                                                              : SoftmaxForm::simplified),
                          in, g);
        }},
-      {"attention", {"d-in", "d-k", "seq", "q-var", "k-var", "v-var", "p", "rotary"},
+      {"attention", {"d-in", "d-k", "seq", "q-var", "k-var", "v-var", "p", "rotary", "logit-scale"},
        "--d-in N (512) --d-k N (64) --seq L (256) --q-var --k-var --v-var (1/d-in)\n"
        "              --p P (0, dropout on the attention probabilities)\n"
-       "              --rotary BASE (0: none; rotary position embeddings on Q and K)",
+       "              --rotary BASE (0: none; rotary position embeddings on Q and K)\n"
+       "              --logit-scale inv-sqrt-dk|inv-dk (logits Q K^T/sqrt(d_k) or Q K^T/d_k)",
        [](const Args& a, const Moments<double>& in, const GradMoments<double>& g) {
          const double d_in = a.count("d-in", 512), d_k = a.count("d-k", 64);
          const RotaryEmbedding rotary{parse_rotary(a, d_k)};
          return evaluate(Attention<double>(d_in, d_k, a.count("seq", 256), a.number("q-var", 1 / d_in),
                                            a.number("k-var", 1 / d_in), a.number("v-var", 1 / d_in),
-                                           a.number("p", 0), AttentionGradient::all_paths, rotary),
+                                           a.number("p", 0), AttentionGradient::all_paths, rotary,
+                                           parse_logit_scale(a)),
                          in, g);
        }},
       {"embedding", {"vocab", "seq", "tables", "weight-var"},

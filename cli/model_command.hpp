@@ -46,10 +46,15 @@ inline std::size_t require_layers(std::size_t n) {
   return n;
 }
 
-/// The activation --activation names (one of relu, gelu, silu, checked by Args::choice).
+/// The names --activation takes.
+inline std::vector<std::string> activation_names() { return {"relu", "gelu", "gelu_tanh", "silu"}; }
+
+/// The activation --activation names (one of activation_names(), checked by Args::choice).
 inline FfnActivation activation_of(const std::string& name) {
-  return name == "relu" ? FfnActivation::relu : name == "gelu" ? FfnActivation::gelu : FfnActivation::silu;
+  return name == "relu" ? FfnActivation::relu : name == "gelu" ? FfnActivation::gelu
+                      : name == "gelu_tanh" ? FfnActivation::gelu_tanh : FfnActivation::silu;
 }
+
 
 /// --beta2-k K and --beta2-alpha A: beta^2 = K/N^A in (0, 1] wherever the
 /// residual scaling applies (given explicitly, or the dslm schemes).
@@ -69,7 +74,7 @@ inline const std::set<std::string>& model_flags() {
       "vocab", "tables", "input-var", "input-corr-len", "beta2-k", "beta2-alpha", "grad-var",
       "grad-corr-len", "format", "final-ln", "embedding-var", "q-var", "k-var", "v-var",
       "o-var", "ffn1-var", "ffn2-var", "rotary", "bias-var", "q-bias-var", "k-bias-var", "v-bias-var",
-      "o-bias-var", "ffn1-bias-var", "ffn2-bias-var", "ln-gain", "ln-bias", "hf-config"};
+      "o-bias-var", "ffn1-bias-var", "ffn2-bias-var", "ln-gain", "ln-bias", "hf-config", "logit-scale"};
   return flags;
 }
 
@@ -80,19 +85,24 @@ inline void model_flags_usage(std::ostream& out) {
          "         dslm-simple, layerscale and the spike schemes; post-ln for admin,\n"
          "         admin-code, deepnet, ds-init; no-ln for t-fixup, rezero, skipinit;\n"
          "         gpt2 and llama for their schemes);\n"
-         "         llama: pre-RMSNorm, causal, SwiGLU of width 8d/3, no dropout, final norm;\n"
-         "         gpt2: pre-LN, causal, GeLU, final LayerNorm (docs/decoders.md)\n"
+         "         llama: pre-RMSNorm, causal, rotary base 10000, SwiGLU of width 8d/3, no\n"
+         "         dropout, final norm, token table only; gpt2: pre-LN, causal, tanh GeLU,\n"
+         "         final LayerNorm, token and position tables (docs/decoders.md)\n"
          "  --final-ln (Pre-LN: LayerNorm after the last layer)\n"
          "  --layers N (12)  --d D (768)  --heads H (12)  --ffn-mult M (4)\n"
-         "  --activation relu|gelu|silu (relu)  --seq L (256)  --dropout P (0.1)\n"
+         "  --activation relu|gelu|gelu_tanh|silu (relu; gelu_tanh: GPT-2's tanh form)\n"
+         "  --seq L (256)  --dropout P (0.1)\n"
          "  --attn-dropout P (--dropout) on the attention probabilities (GPT-2's attn_pdrop)\n"
          "  --ffn-dropout P (0) after the FFN activation, or on the gated product (PyTorch's\n"
          "         nn.TransformerEncoderLayer: P = --dropout; BERT, GPT-2: 0)\n"
          "  --initializer-range R (0.02) the std of the bert, gpt2 and llama schemes\n"
-         "  --rotary BASE (0: none) rotary position embeddings on every head's queries and\n"
-         "         keys, pair j turned by i BASE^(-2j/d_k) at position i (Llama: 10000)\n"
+         "  --rotary BASE (0: none; llama: 10000) rotary position embeddings on every head's\n"
+         "         queries and keys, pair j turned by i BASE^(-2j/d_k) at position i\n"
+         "  --logit-scale inv-sqrt-dk|inv-dk (inv-sqrt-dk) attention logits Q K^T/sqrt(d_k),\n"
+         "         or Q K^T/d_k (muP)\n"
          "input (an embedding, then dropout; or measured moments):\n"
-         "  --vocab V (32000)  --tables token,position,segment (all three)\n"
+         "  --vocab V (32000)  --tables token,position,segment (all three; gpt2:\n"
+         "         token,position; llama: token)\n"
          "  --input-var V --input-corr-len R   measured model input (replaces the embedding)\n"
          "residual scaling beta^2 = K/N^A, lambda^2 = 1 - beta^2 (dslm schemes; given\n"
          "explicitly, applied to any scheme):  --beta2-k K (2)  --beta2-alpha A (1)\n"
@@ -130,11 +140,15 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   c.heads = static_cast<std::size_t>(a.count("heads", static_cast<double>(c.heads)));
   c.ffn_mult = static_cast<std::size_t>(a.count("ffn-mult", static_cast<double>(c.ffn_mult)));
   c.seq_len = static_cast<std::size_t>(a.count("seq", static_cast<double>(c.seq_len)));
-  // The decoder presets set the activation, dropout and FFN; explicit flags win.
-  if (!hf || a.has("arch")) c = with_architecture(c, arch);
+  // The decoder presets set the activation, dropout, FFN, rotary embeddings
+  // and embedding tables; explicit flags win.
+  if (!hf || a.has("arch")) {
+    c = with_architecture(c, arch);
+    s.input = with_architecture(s.input, arch);
+  }
   if (a.has("ffn-mult")) c.ffn_hidden = 0;
   if (a.has("activation")) {
-    const std::string act = a.choice("activation", {"relu", "gelu", "silu"}, "relu");
+    const std::string act = a.choice("activation", activation_names(), "relu");
     c.activation = activation_of(act);
   }
   c.dropout = a.number("dropout", c.dropout);
@@ -150,7 +164,8 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
   if (c.d % c.heads != 0)
     throw usage_error("--heads = " + std::to_string(c.heads) + " is outside the valid range: a divisor of --d = " +
                       std::to_string(c.d));
-  if (!hf || a.has("rotary")) c.rotary_base = parse_rotary(a, static_cast<double>(c.d / c.heads));
+  if (a.has("rotary")) c.rotary_base = parse_rotary(a, static_cast<double>(c.d / c.heads));
+  c.logit_scale = parse_logit_scale(a);
   c.final_layernorm = c.final_layernorm || a.has("final-ln");
   c.ln_gain = a.number("ln-gain", 1);
   c.ln_bias = a.number("ln-bias", 0);
@@ -228,6 +243,7 @@ inline std::string describe(const ModelSpec& s) {
   if (c.initializer_range != 0.02) o << ", initializer range " << c.initializer_range;
   if (c.rotary_base != 0) o << ", rotary base " << c.rotary_base;
   if (c.ln_gain != 1 || c.ln_bias != 0) o << ", norm gain " << c.ln_gain << " bias " << c.ln_bias;
+  if (c.logit_scale != LogitScale::inv_sqrt_dk) o << ", logits / d_k";
   if (!s.hf_model_type.empty()) o << " (" << s.hf_model_type << " config)";
   return o.str();
 }

@@ -39,8 +39,10 @@ inline void sweep_usage(std::ostream& out) {
          "  --beta2-k K,... (2)  --beta2-alpha A,... (1)   residual scaling beta^2 = K/N^A\n"
          "                       (dslm schemes always; other schemes only when given)\n"
          "fixed for the whole grid:\n"
-         "  --head-dim K (64, heads = d/K)  --ffn-mult M (4)  --activation relu|gelu|silu (relu)\n"
-         "  --seq L (256)  --bounds LO,HI (0.5,2)  --rotary BASE (0: none; as in sigprop table)\n"
+         "  --head-dim K (64, heads = d/K)  --ffn-mult M (4)\n"
+         "  --activation relu|gelu|gelu_tanh|silu (relu)  --seq L (256)  --bounds LO,HI (0.5,2)\n"
+         "  --rotary BASE (0: none; llama: 10000)  --logit-scale inv-sqrt-dk|inv-dk (inv-sqrt-dk)\n"
+         "         (as in sigprop table)\n"
          "  --bias-var V (every bias; 0)  --ln-gain G (1)  --ln-bias B (0)   as in sigprop table\n"
          "  --attn-dropout P (each point's --dropout)  --ffn-dropout P (0)  --initializer-range R\n"
          "         (0.02): as in sigprop table\n";
@@ -100,10 +102,11 @@ inline std::vector<std::string> word_list(const Args& a, const std::string& flag
 
 /// The flags of `sigprop sweep`.
 inline const std::set<std::string>& sweep_flags() {
-  static const std::set<std::string> flags = {"arch",     "scheme",     "layers",   "d",   "dropout",
-                                              "beta2-k",  "beta2-alpha", "head-dim", "ffn-mult", "activation",
-                                              "seq",      "bounds",     "format",   "rotary", "hf-config", "bias-var", "ln-gain", "ln-bias",
-                                              "attn-dropout", "ffn-dropout", "initializer-range"};
+  static const std::set<std::string> flags = {
+      "arch",     "scheme",    "layers",   "d",       "dropout",      "beta2-k",     "beta2-alpha",
+      "head-dim", "ffn-mult",  "activation", "seq",   "bounds",       "format",      "rotary",
+      "hf-config", "bias-var", "ln-gain",  "ln-bias", "attn-dropout", "ffn-dropout", "initializer-range",
+      "logit-scale"};
   return flags;
 }
 
@@ -140,8 +143,9 @@ inline SweepGrid parse_sweep(const Args& a) {
   const double ffn_mult = a.count("ffn-mult", 4);
   const double seq = a.count("seq", hf ? static_cast<double>(hf->config.seq_len) : 256);
   const double rotary = hf && !a.has("rotary") ? hf->config.rotary_base : parse_rotary(a, head_dim);
+  const LogitScale logit_scale = parse_logit_scale(a);
   if (seq < 2) throw usage_error("--seq = 1 is outside the valid range: a whole number >= 2");
-  const std::string activation = a.choice("activation", {"relu", "gelu", "silu"}, "relu");
+  const std::string activation = a.choice("activation", activation_names(), "relu");
   const auto bounds_list = detail::number_list(a, "bounds", "0.5,2");
   if (bounds_list.size() != 2 || !(bounds_list[0] <= bounds_list[1]))
     throw usage_error("--bounds = '" + a.text("bounds", "") + "' is not LO,HI with LO <= HI");
@@ -186,18 +190,25 @@ inline SweepGrid parse_sweep(const Args& a) {
                 c.ffn_mult = static_cast<std::size_t>(ffn_mult);
                 c.seq_len = static_cast<std::size_t>(seq);
                 c.rotary_base = rotary;
+                c.logit_scale = logit_scale;
                 if (hf) {
                   // The file's architecture unless --arch is given.
-                  if (!arch.empty()) c = with_architecture(c, arch);
+                  if (!arch.empty()) {
+                    c = with_architecture(c, arch);
+                    pt.input = with_architecture(pt.input, arch);
+                  }
                   if (a.has("activation")) c.activation = activation_of(activation);
                   c.dropout = p;
                 } else {
                   const std::string name = arch.empty() ? native_architecture(pt.scheme) : arch;
                   c = with_architecture(c, name);
-                  // The presets set the activation and dropout; explicit flags win.
+                  pt.input = with_architecture(pt.input, name);
+                  // The presets set the activation, dropout, rotary embeddings and
+                  // embedding tables; explicit flags win.
                   if (a.has("activation") || (name != "llama" && name != "gpt2")) c.activation = activation_of(activation);
                   if (a.has("dropout") || name != "llama") c.dropout = p;
                 }
+                if (a.has("rotary")) c.rotary_base = rotary;
                 if (a.has("attn-dropout")) c.attention_dropout = a.number("attn-dropout", 0);
                 c.ffn_dropout = ffn_dropout;
                 c.initializer_range = initializer_range;

@@ -872,3 +872,75 @@ TEST_CASE("Attention: the two-query weight F_cov against simulation", "[attentio
     }
   }
 }
+
+TEST_CASE("Attention: logits over d_k are logits over sqrt(d_k) with Wq scaled by 1/sqrt(d_k)", "[attention][logit]") {
+  // The map is exactly that of the rescaled head, forward and in dX; dLoss/dQ
+  // and dWq carry the factor 1/d_k of the scaled Wq (attention.hpp).
+  using sigprop::LogitScale;
+  const double d_in = 96, d_k = 24, L = 50, q = 0.05, k = 0.03, v = 0.01;
+  const Attention<double> muP(d_in, d_k, L, q, k, v, 0.1, sigprop::AttentionGradient::all_paths, {},
+                              LogitScale::inv_dk);
+  const Attention<double> scaled(d_in, d_k, L, q / d_k, k, v, 0.1);
+  const Attention<double> plain(d_in, d_k, L, q, k, v, 0.1);
+  CHECK(muP.logit_scale() == LogitScale::inv_dk);
+  CHECK(plain.logit_scale() == LogitScale::inv_sqrt_dk);
+  const Moments<double> in{0.2, 1.3, 0.4, 0.01};
+  const GradMoments<double> g{1.2, 0.3};
+  const auto a = muP.forward(in), b = scaled.forward(in);
+  CHECK(a.var == Approx(b.var).epsilon(1e-14));
+  CHECK(a.corr_len == Approx(b.corr_len).margin(1e-14));
+  const auto ga = muP.backward(in, g), gb = scaled.backward(in, g);
+  CHECK(ga.var == Approx(gb.var).epsilon(1e-14));
+  CHECK(ga.corr_len == Approx(gb.corr_len).margin(1e-14));
+  const auto pa = muP.projection_grads(in, g), pb = scaled.projection_grads(in, g);
+  CHECK(pa.query.var == Approx(pb.query.var / d_k).epsilon(1e-14));
+  CHECK(pa.key.var == Approx(pb.key.var).epsilon(1e-14));
+  CHECK(pa.value.var == Approx(pb.value.var).epsilon(1e-14));
+  const auto wa = muP.weight_grad_sq(in, g), wb = scaled.weight_grad_sq(in, g);
+  CHECK(wa.query == Approx(wb.query / d_k).epsilon(1e-13));
+  CHECK(wa.key == Approx(wb.key).epsilon(1e-13));
+  CHECK(wa.value == Approx(wb.value).epsilon(1e-13));
+  // The memo (head_key) tells the two scales apart: each evaluated after the
+  // other gives what it gives on its own.
+  const double fresh_plain = plain.forward(in).var, fresh_muP = muP.forward(in).var;
+  CHECK(fresh_plain != fresh_muP);
+  muP.forward(in);
+  CHECK(plain.forward(in).var == fresh_plain);
+  CHECK(plain.backward(in, g).var != muP.backward(in, g).var);
+  CHECK(muP.forward(in).var == fresh_muP);
+}
+
+TEST_CASE("Attention: logits over d_k against simulation", "[attention][montecarlo][logit]") {
+  // Real heads with S = Q K^T/d_k. The effective score variance
+  // d_in^2 q_var k_var/d_k is moderate, where the closed form is within a few
+  // percent (docs/validation.md): 4 standard errors plus 5 % (0.01 on a
+  // correlation). The same head with logits over sqrt(d_k) (score variance
+  // d_k = 32 times larger) must miss the gradient variance.
+  using sigprop::LogitScale;
+  struct Case {
+    double score, p;
+    Moments<double> in;
+    GradMoments<double> g;
+  };
+  const Case cases[] = {{1.0, 0.0, {0, 1, 0.5, 0}, {1, 0.5}}, {2.0, 0.1, {0.3, 1, 0.2, 0}, {1, 0.2}}};
+  const double d_in = 128, d_k = 32, L = 128;
+  std::uint64_t seed = 4100;
+  for (const auto& c : cases) {
+    const double qk = std::sqrt(c.score * d_k) / d_in;
+    const Attention<double> layer(d_in, d_k, L, qk, qk, 1 / d_in, c.p, sigprop::AttentionGradient::all_paths, {},
+                                  LogitScale::inv_dk);
+    const Attention<double> unscaled(d_in, d_k, L, qk, qk, 1 / d_in, c.p);
+    mc::SimulationSetup setup;
+    setup.trials = 60;
+    setup.seed = ++seed;
+    const auto sim = mc::simulate_paths(layer, c.in, c.g, setup);
+    const auto out = layer.forward(c.in);
+    const auto grad = layer.backward(c.in, c.g);
+    INFO("score " << c.score << ", p " << c.p);
+    check_within("var", sim.forward.var, out.var, 4, 0.05 * sim.forward.var.value);
+    check_within("corr_len", sim.forward.corr_len, out.corr_len, 4, 0.01);
+    check_within("grad var", sim.backward.var, grad.var, 4, 0.05 * sim.backward.var.value);
+    check_within("grad corr_len", sim.backward.corr_len, grad.corr_len, 4, 0.01);
+    CHECK(outside(sim.backward.var, unscaled.backward(c.in, c.g).var, 4, 0.05 * sim.backward.var.value));
+  }
+}

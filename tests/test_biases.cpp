@@ -317,3 +317,25 @@ TEST_CASE("biases: uniform against Gaussian weights (measurement)", "[.measure][
     }
   }
 }
+
+TEST_CASE("biases: a query bias under logits over d_k scales with Wq", "[biases][attention][logit]") {
+  // Q K^T/d_k with Wq and b_q is Q' K^T/sqrt(d_k) with both scaled by
+  // 1/sqrt(d_k): the forward map and dX agree with that head to rounding
+  // (docs/components/attention.md, "Logit scale").
+  const double d_in = 96, d_k = 24, L = 50, q = 0.05, k = 0.03, v = 0.01, bq = 0.4, bk = 0.2, bv = 0.1;
+  const Attention<double> muP = Attention<double>(d_in, d_k, L, q, k, v, 0.1, sigprop::AttentionGradient::all_paths,
+                                                  {}, sigprop::LogitScale::inv_dk)
+                                    .with_biases(bq, bk, bv);
+  const Attention<double> scaled = Attention<double>(d_in, d_k, L, q / d_k, k, v, 0.1).with_biases(bq / d_k, bk, bv);
+  const Attention<double> unscaled_bias = Attention<double>(d_in, d_k, L, q / d_k, k, v, 0.1).with_biases(bq, bk, bv);
+  const Moments<double> in{0.2, 1.3, 0.4, 0.01};
+  const GradMoments<double> g{1.2, 0.3};
+  const auto a = muP.forward(in), b = scaled.forward(in);
+  CHECK(a.var == Approx(b.var).epsilon(1e-14));
+  CHECK(a.corr_len == Approx(b.corr_len).margin(1e-14));
+  const auto ga = muP.backward(in, g), gb = scaled.backward(in, g);
+  CHECK(ga.var == Approx(gb.var).epsilon(1e-14));
+  CHECK(ga.corr_len == Approx(gb.corr_len).margin(1e-14));
+  // The memo tells the two apart from a head whose bias is not scaled.
+  CHECK(unscaled_bias.forward(in).var != Approx(a.var).epsilon(1e-9));
+}

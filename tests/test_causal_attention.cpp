@@ -402,3 +402,30 @@ TEST_CASE("CausalAttention: bad parameters throw with the parameter and range", 
   CHECK_THROWS_WITH(ca.forward({0, -1, 0, 0}), Catch::Contains("var = -1"));
   CHECK_THROWS_WITH(ca.position_backward({0, 1, 0.5, 0}, {1, 2}), Catch::Contains("corr_len = 2"));
 }
+
+TEST_CASE("CausalAttention: logits over d_k against simulation", "[causal][montecarlo][logit]") {
+  // The scale reaches the causal head (and full()): sequence averages
+  // against real masked heads with S = Q K^T/d_k, allowances as above; the
+  // head with logits over sqrt(d_k) (score variance d_k = 32 times larger) misses.
+  const double d = 128, dk = 32, score = 1.5, q = std::sqrt(score * dk) / d;
+  const CausalAttention<double> ca(d, dk, 96, q, q, 1 / d, 0, AttentionGradient::all_paths, {}, LogitScale::inv_dk);
+  const CausalAttention<double> unscaled(d, dk, 96, q, q, 1 / d, 0);
+  CHECK(ca.full().logit_scale() == LogitScale::inv_dk);
+  const Moments<double> in{0, 1, 0.4, 0};
+  const GradMoments<double> g{1, 0.5};
+  mc::SimulationSetup setup;
+  setup.trials = 256;
+  setup.seed = 4200;
+  const auto sim = mc::simulate_positions(ca, in, g, setup);
+  const auto& f = sim.overall.forward;
+  const auto& b = sim.overall.backward;
+  const Moments<double> y = ca.forward(in);
+  const GradMoments<double> gx = ca.backward(in, g);
+  INFO("var " << y.var << " vs " << f.var.value << " +- " << f.var.std_error << ", grad var " << gx.var << " vs "
+              << b.var.value << " +- " << b.var.std_error);
+  CHECK(within(f.var, y.var, 4, 0.05 * f.var.value));
+  CHECK(within(f.corr_len, y.corr_len, 4, 0.01));
+  CHECK(within(b.var, gx.var, 4, 0.05 * b.var.value));
+  CHECK(within(b.corr_len, gx.corr_len, 4, 0.01));
+  CHECK(outside(b.var, unscaled.backward(in, g).var, 4, 0.05 * b.var.value));
+}

@@ -163,7 +163,8 @@ TEST_CASE("cli: table --positions prints trace_positions and trace_position_grad
   REQUIRE(csv.status == 0);
   CHECK(csv.err.empty());
   const sigprop::ModelConfig c = small_decoder("gpt2", 2, 32);
-  const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier);
+  const sigprop::ModelWeights w =
+      sigprop::initialize(c, sigprop::Scheme::xavier, sigprop::with_architecture(sigprop::InputSpec{}, "gpt2"));
   const sigprop::PositionTrace p = sigprop::trace_positions(c, w, {1, 32});
   const sigprop::PositionGradientTrace g = sigprop::trace_position_gradients(c, w, {1, 32});
   using sigprop::cli::exact;
@@ -206,7 +207,8 @@ TEST_CASE("cli: a causal model's table and sweep give the positions' average gra
   // over the positions of trace_position_gradients), the text form says so,
   // and sweep's gradient figures are those of the same rows.
   const sigprop::ModelConfig c = small_decoder("gpt2", 2, 32);
-  const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier);
+  const sigprop::InputSpec tables = sigprop::with_architecture(sigprop::InputSpec{}, "gpt2");
+  const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier, tables);
   const sigprop::Trace t =
       sigprop::with_position_gradients(sigprop::trace(c, w), sigprop::trace_position_gradients(c, w, {1}));
   const Outcome csv = run_cli({"table", "--arch", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "32",
@@ -232,6 +234,7 @@ TEST_CASE("cli: a causal model's table and sweep give the positions' average gra
   CHECK(long_text.out.find("# grad_var, grad_corr_len: the sequence-averaged state") != std::string::npos);
   sigprop::SweepPoint point;
   point.config = c;
+  point.input = tables;
   const sigprop::SweepSummary s = sigprop::sweep({point})[0];
   const sigprop::SweepSummary expected = sigprop::summarize_trace(t, {});
   CHECK(s.grad_min == Approx(expected.grad_min).epsilon(1e-12));
@@ -243,10 +246,11 @@ TEST_CASE("cli: --rotary puts rotary embeddings on every head (table, sweep)", "
   // The numbers are the library's with ModelConfig::rotary_base, and differ
   // from the model without rotation.
   sigprop::ModelConfig c = small_decoder("llama", 3, 64);
+  const sigprop::InputSpec tables = sigprop::with_architecture(sigprop::InputSpec{}, "llama");
   c.rotary_base = 10000;
-  const sigprop::Trace t = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier));
+  const sigprop::Trace t = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier, tables));
   c.rotary_base = 0;
-  const sigprop::Trace plain = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier));
+  const sigprop::Trace plain = sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier, tables));
   const Outcome csv = run_cli({"table", "--arch", "llama", "--layers", "3", "--d", "64", "--heads", "2", "--seq", "64",
                            "--rotary", "10000", "--format", "csv"});
   INFO(csv.err);
@@ -254,7 +258,7 @@ TEST_CASE("cli: --rotary puts rotary embeddings on every head (table, sweep)", "
   using sigprop::cli::exact;
   // (the gradient column of a causal model: the average over the positions)
   c.rotary_base = 10000;
-  const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier);
+  const sigprop::ModelWeights w = sigprop::initialize(c, sigprop::Scheme::xavier, tables);
   const double grad_var = sigprop::with_position_gradients(t, sigprop::trace_position_gradients(c, w, {1})).rows[3].backward.var;
   c.rotary_base = 0;
   const std::string last_row = "3," + exact(t.rows[3].forward.var) + "," + exact(t.rows[3].forward.corr_len) + "," +
@@ -435,7 +439,7 @@ TEST_CASE("cli: init --scheme gpt2 and llama print R and R/sqrt(2N)", "[cli][sch
     for (const char* w : {"o", "ffn2"}) CHECK(init_std(gpt2.out, n, w) == Approx(R / std::sqrt(2 * N)).epsilon(1e-15));
   CHECK(gpt2.out.find(",ffn_gate,") == std::string::npos);  // the gpt2 architecture: plain FFN
   const Outcome table = run_cli({"table", "--scheme", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--seq", "16"});
-  CHECK(table.out.rfind("# gpt2, gpt2, N = 2, d = 64, H = 2, FFN width 256, gelu, L = 16, p = 0.1\n", 0) == 0);
+  CHECK(table.out.rfind("# gpt2, gpt2, N = 2, d = 64, H = 2, FFN width 256, gelu_tanh, L = 16, p = 0.1\n", 0) == 0);
 
   const Outcome llama = run_cli({"init", "--scheme", "llama", "--layers", "2", "--d", "96", "--heads", "2",
                              "--initializer-range", "0.05", "--format", "csv"});
@@ -445,7 +449,7 @@ TEST_CASE("cli: init --scheme gpt2 and llama print R and R/sqrt(2N)", "[cli][sch
     for (const char* w : {"q", "k", "v", "o", "ffn1", "ffn2", "ffn_gate"})
       CHECK(init_std(llama.out, n, w) == Approx(0.05).epsilon(1e-15));
   const Outcome llama_table = run_cli({"table", "--scheme", "llama", "--layers", "2", "--d", "96", "--heads", "2"});
-  CHECK(llama_table.out.rfind("# llama, llama, N = 2, d = 96, H = 2, FFN width 256, silu, L = 256, p = 0\n", 0) == 0);
+  CHECK(llama_table.out.rfind("# llama, llama, N = 2, d = 96, H = 2, FFN width 256, silu, L = 256, p = 0, rotary base 10000\n", 0) == 0);
   // --initializer-range changes bert's 0.02 too.
   const Outcome bert = run_cli({"init", "--scheme", "bert", "--layers", "1", "--initializer-range", "0.1", "--format", "csv"});
   CHECK(init_std(bert.out, 1, "ffn2") == Approx(0.1).epsilon(1e-15));
@@ -485,4 +489,58 @@ TEST_CASE("cli: --attn-dropout and --ffn-dropout reach the model (table, sweep)"
   require_usage_error({"table", "--ffn-dropout", "1"}, "--ffn-dropout", "1", "[0, 1)");
   require_usage_error({"table", "--attn-dropout", "-0.5"}, "--attn-dropout", "-0.5", "[0, 1)");
   require_usage_error({"sweep", "--ffn-dropout", "1.5"}, "--ffn-dropout", "1.5", "[0, 1)");
+}
+
+TEST_CASE("cli: the presets' rotary embeddings and tables, --logit-scale and gelu_tanh", "[cli][models]") {
+  // llama has rotary embeddings by default (--rotary 0 turns them off) and a
+  // token table only; gpt2 the tanh GeLU and token and position tables;
+  // explicit flags win. The numbers are the library's.
+  using sigprop::cli::exact;
+  const auto last_var = [](const Outcome& o) {
+    const std::size_t at = o.out.rfind("\n3,");
+    return o.out.substr(at + 3, o.out.find(',', at + 3) - at - 3);
+  };
+  const std::vector<std::string> llama = {"table", "--arch", "llama", "--layers", "3", "--d", "64", "--heads", "2",
+                                          "--seq", "64", "--format", "csv"};
+  auto with = [](std::vector<std::string> a, std::vector<std::string> extra) {
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const Outcome preset = run_cli(llama), on = run_cli(with(llama, {"--rotary", "10000"})), off = run_cli(with(llama, {"--rotary", "0"}));
+  REQUIRE(preset.status == 0);
+  CHECK(preset.out == on.out);
+  CHECK(preset.out != off.out);
+  sigprop::ModelConfig c = small_decoder("llama", 3, 64);
+  c.rotary_base = 0;
+  const sigprop::InputSpec tokens = sigprop::with_architecture(sigprop::InputSpec{}, "llama");
+  CHECK(last_var(off) == exact(sigprop::trace(c, sigprop::initialize(c, sigprop::Scheme::xavier, tokens)).rows[3].forward.var));
+  const Outcome all_tables = run_cli(with(llama, {"--tables", "token,position,segment"}));
+  CHECK(last_var(all_tables) == exact(sigprop::trace(sigprop::with_architecture(c, "llama"),
+                                                     sigprop::initialize(sigprop::with_architecture(c, "llama"),
+                                                                         sigprop::Scheme::xavier))
+                                          .rows[3]
+                                          .forward.var));
+  // gpt2 with logits over d_k and an explicit --activation gelu.
+  const std::vector<std::string> gpt2 = {"table", "--arch", "gpt2", "--layers", "3", "--d", "64", "--heads", "2",
+                                         "--seq", "32", "--logit-scale", "inv-dk", "--format", "csv"};
+  sigprop::ModelConfig g = small_decoder("gpt2", 3, 32);
+  g.logit_scale = sigprop::LogitScale::inv_dk;
+  const sigprop::InputSpec learned = sigprop::with_architecture(sigprop::InputSpec{}, "gpt2");
+  const Outcome scaled = run_cli(gpt2);
+  REQUIRE(scaled.status == 0);
+  CHECK(last_var(scaled) == exact(sigprop::trace(g, sigprop::initialize(g, sigprop::Scheme::xavier, learned)).rows[3].forward.var));
+  g.activation = sigprop::FfnActivation::gelu;
+  CHECK(last_var(run_cli(with(gpt2, {"--activation", "gelu"}))) ==
+        exact(sigprop::trace(g, sigprop::initialize(g, sigprop::Scheme::xavier, learned)).rows[3].forward.var));
+  CHECK(run_cli(with(gpt2, {"--activation", "gelu"})).out != scaled.out);
+  const Outcome text = run_cli({"table", "--arch", "gpt2", "--layers", "2", "--d", "64", "--heads", "2", "--logit-scale", "inv-dk"});
+  CHECK(text.out.find("gelu_tanh") != std::string::npos);
+  CHECK(text.out.find("logits / d_k") != std::string::npos);
+  const Outcome component = run_cli({"component", "gelu", "--form", "tanh", "--var", "2", "--format", "json"});
+  REQUIRE(component.status == 0);
+  CHECK(component.out.find(exact(sigprop::Gelu<double>(sigprop::GeluForm::tanh).forward({0, 2, 0, 0}).var)) !=
+        std::string::npos);
+  require_usage_error({"table", "--logit-scale", "sqrt"}, "--logit-scale", "sqrt", "inv-sqrt-dk");
+  require_usage_error({"component", "gelu", "--form", "cubic"}, "--form", "cubic", "tanh");
+  require_usage_error({"table", "--activation", "gelu-tanh"}, "--activation", "gelu-tanh", "gelu_tanh");
 }

@@ -330,3 +330,42 @@ TEST_CASE("decoders under their own schemes (gpt2, llama) against whole-model si
     }
   }
 }
+
+TEST_CASE("decoders: logits over d_k against whole-model simulation", "[decoders][montecarlo][logit]") {
+  // gpt2 (tanh GeLU) with S = Q K^T/d_k in every head and Xavier's Wq times
+  // 8 (d_k = 32: scores a quarter of Xavier's variance); the trace against
+  // the simulated model with the same logits, with the thresholds of the
+  // per-layer test above, and the row correlations within 4 standard errors
+  // plus 0.02. The trace with logits over sqrt(d_k) must miss somewhere.
+  ModelConfig c;
+  c.layers = 4;
+  c.d = 128;
+  c.heads = 4;
+  c.seq_len = 64;
+  c = with_architecture(c, "gpt2");
+  c.logit_scale = LogitScale::inv_dk;
+  InputSpec input;
+  input.measured = Moments<double>{0, 1, 0.2, 0};
+  ModelWeights w = initialize(c, Scheme::xavier, input);
+  for (LayerWeights& l : w.layers) l.q *= 8;
+  const Trace t = trace(c, w);
+  ModelConfig plain = c;
+  plain.logit_scale = LogitScale::inv_sqrt_dk;
+  const Trace u = trace(plain, w);
+  const mc::ModelSimulation m = simulate(c, w, 16, 4300);
+  int misses = 0;
+  for (std::size_t n = 0; n <= c.layers; ++n) {
+    const auto& f = m.forward[n];
+    const auto& g = m.backward[n].var;
+    INFO("row " << n << ": var " << t.rows[n].forward.var << " vs " << f.var.value << " +- " << f.var.std_error
+                << ", corr " << t.rows[n].forward.corr_len << " vs " << f.corr_len.value << " +- "
+                << f.corr_len.std_error << ", gradient " << t.rows[n].backward.var << " vs " << g.value);
+    CHECK(within(f.var, t.rows[n].forward.var, 4, 0.05 * f.var.value));
+    CHECK(within(f.corr_len, t.rows[n].forward.corr_len, 4, 0.02));
+    if (n >= 1) CHECK(within(g, t.rows[n].backward.var, 4, 0.08 * g.value));
+    if (outside(f.corr_len, u.rows[n].forward.corr_len, 4, 0.02) ||
+        outside(f.var, u.rows[n].forward.var, 4, 0.05 * f.var.value))
+      ++misses;
+  }
+  CHECK(misses >= 1);
+}

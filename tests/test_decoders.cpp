@@ -24,13 +24,20 @@ TEST_CASE("decoders: the presets set what they name", "[decoders]") {
   CHECK(llama.hidden_width() == 2048);  // 8 * 768 / 3 = 2048
   CHECK(llama.dropout == 0);
   CHECK(llama.final_layernorm);
+  CHECK(llama.rotary_base == 10000);
   CHECK(architecture_name(llama) == "llama");
   const ModelConfig gpt2 = with_architecture(c, "gpt2");
   CHECK(gpt2.norm == Norm::layernorm);
   CHECK(gpt2.causal);
   CHECK_FALSE(gpt2.gated_ffn);
-  CHECK(gpt2.activation == FfnActivation::gelu);
+  CHECK(gpt2.activation == FfnActivation::gelu_tanh);
+  CHECK(gpt2.rotary_base == 0);
   CHECK(gpt2.hidden_width() == 4 * 768);
+  // The embedding tables follow the models: learned positions in gpt2, rotary ones in llama.
+  const InputSpec gpt2_input = with_architecture(InputSpec{}, "gpt2"), llama_input = with_architecture(InputSpec{}, "llama");
+  CHECK((gpt2_input.token && gpt2_input.position && !gpt2_input.segment));
+  CHECK((llama_input.token && !llama_input.position && !llama_input.segment));
+  CHECK(with_architecture(InputSpec{}, "pre-ln").segment);
   CHECK(architecture_name(gpt2) == "gpt2");
   CHECK_FALSE(is_encoder(gpt2));
   CHECK(is_encoder(with_architecture(c, "post-ln")));

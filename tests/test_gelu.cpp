@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "sigprop/montecarlo/components/gelu.hpp"
@@ -22,11 +24,19 @@ namespace {
 double gelu(double x) { return x * Phi(x); }
 double gelu_grad(double x) { return Phi(x) + x * phi(x); }
 
+// The tanh form as written (GPT-2's gelu_new), and its derivative.
+double gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / pi) * (x + 0.044715 * x * x * x))); }
+double gelu_tanh_grad(double x) {
+  const double c = std::sqrt(2 / pi), t = std::tanh(c * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
+}
+
 // The defining integrals with x = mu + s z1, partner mu + s (r z1 + c z2),
 // c = sqrt(1 - r^2): plain 2-D quadrature, no closed form used.
 struct GeluByQuadrature {
   double mean, var, corr, grad_second, grad_corr;  // grad_corr = E[g'(x) g'(x')]/E[g'(x)^2]
-  GeluByQuadrature(double mu, double s2, double r) {
+  GeluByQuadrature(double mu, double s2, double r, double (*gelu)(double) = ::gelu,
+                   double (*gelu_grad)(double) = ::gelu_grad) {
     const double s = std::sqrt(s2), c = std::sqrt((1 - r) * (1 + r));
     const auto pair = [&](auto f) {
       return gauss_integral([&](double z1) {
@@ -279,15 +289,14 @@ namespace {
 // Simulates `points` and requires every Table 20 quantity within 5 standard
 // errors (a correct formula fails with probability < 6e-7 per value).
 void require_simulation_agrees(const char* label, const std::vector<Moments<double>>& points,
-                               std::size_t trials) {
+                               std::size_t trials, const Gelu<double>& layer = Gelu<double>()) {
   sigprop::montecarlo::ValidationReport report(label);
   sigprop::montecarlo::SimulationSetup setup;
   setup.trials = trials;
   for (const auto& in : points) {
     const GradMoments<double> g{1.3, 0.6};
     ++setup.seed;
-    report.add_all(Gelu<double>().forward(in), Gelu<double>().backward(in, g),
-                   sigprop::montecarlo::simulate(Gelu<double>(), in, g, setup));
+    report.add_all(layer.forward(in), layer.backward(in, g), sigprop::montecarlo::simulate(layer, in, g, setup));
   }
   sigprop::test::print_report(report);
   sigprop::test::require_within_standard_errors(report);
@@ -340,4 +349,128 @@ TEST_CASE("Gelu: Monte Carlo with a nonzero input mean", "[gelu][montecarlo]") {
   const auto report = sigprop::montecarlo::validate_gelu_nonzero_mean(grid);
   sigprop::test::print_report(report);
   sigprop::test::require_within_standard_errors(report);
+}
+
+// The tanh form (GeluForm::tanh, components/detail/gelu_tanh.hpp).
+
+TEST_CASE("Gelu tanh form: agrees with 2-D quadrature of its own function", "[gelu][tanh]") {
+  // The reference integrates 0.5 x (1 + tanh(...)) as written; the erf form
+  // differs from it by about 1e-4 relative, 1e5 times the tolerance.
+  const Gelu<double> layer(sigprop::GeluForm::tanh);
+  const auto check = [&](double mu, double s2, double r) {
+    const GeluByQuadrature ref(mu, s2, r, gelu_tanh, gelu_tanh_grad);
+    const Moments<double> in{mu, s2, r, r};
+    const auto out = layer.forward(in);
+    const auto g = layer.backward(in, {1.0, 1.0});
+    INFO("mu = " << mu << ", s2 = " << s2 << ", r = " << r);
+    CHECK(out.mean == Approx(ref.mean).epsilon(1e-9));
+    CHECK(out.var == Approx(ref.var).epsilon(1e-9));
+    CHECK(out.corr_len == Approx(ref.corr).margin(1e-9));
+    CHECK(out.corr_dim == out.corr_len);
+    CHECK(g.var == Approx(ref.grad_second).epsilon(1e-9));
+    CHECK(g.corr_len == Approx(ref.grad_corr).margin(1e-9));
+  };
+  for (double mu : {-2.0, -0.75, 0.0, 0.6, 2.5})
+    for (double s2 : {0.2, 3.0})
+      for (double r : {-0.7, 0.45, 0.97}) check(mu, s2, r);
+  for (double r : {0.3, 0.99}) check(0, 40, r);  // wide input: the gap's expansion needs many terms
+  check(0.1, 1e-3, 0.6);                          // nearly constant input
+}
+
+TEST_CASE("Gelu tanh form: differs from the erf form by a small nonzero amount", "[gelu][tanh]") {
+  // GPT-2's approximation is within 4.8e-4 of x Phi(x) pointwise; its
+  // variances differ by 1e-7 to 2e-3 relative, and are not the erf form's.
+  const Gelu<double> erf, tanh(sigprop::GeluForm::tanh);
+  CHECK(erf.form() == sigprop::GeluForm::erf);
+  CHECK(tanh.form() == sigprop::GeluForm::tanh);
+  for (const Moments<double>& in : {Moments<double>{0, 1, 0.5, 0}, Moments<double>{0.8, 2, 0.9, 0.1},
+                                    Moments<double>{-1, 0.5, 0.3, 0}, Moments<double>{0, 10, 0.7, 0}}) {
+    const auto a = erf.forward(in), b = tanh.forward(in);
+    const auto ga = erf.backward(in, {1, 0.5}), gb = tanh.backward(in, {1, 0.5});
+    INFO("mean " << in.mean << " var " << in.var << ": mean " << a.mean << " vs " << b.mean << ", var " << a.var
+                 << " vs " << b.var << ", grad var " << ga.var << " vs " << gb.var);
+    for (const auto& [x, y] : {std::pair<double, double>{a.var, b.var}, {ga.var, gb.var}}) {
+      CHECK(std::abs(y / x - 1) > 1e-7);
+      CHECK(std::abs(y / x - 1) < 2e-3);
+    }
+    CHECK(std::abs(b.mean - a.mean) > 1e-8);  // 3.6e-8 at mean 0.8, var 2: the gap averages out
+    CHECK(std::abs(b.mean - a.mean) < 4.8e-4);
+    CHECK(std::abs(b.corr_len - a.corr_len) < 1e-3);
+  }
+}
+
+TEST_CASE("Gelu tanh form: a constant input, batches and float", "[gelu][tanh]") {
+  const Gelu<double> layer(sigprop::GeluForm::tanh);
+  const auto c = layer.forward({1.5, 0, 0.3, -0.2});
+  CHECK(c.mean == Approx(gelu_tanh(1.5)).epsilon(1e-15));
+  CHECK(c.var == 0);
+  CHECK(c.corr_len == 0.3);
+  CHECK(layer.backward({1.5, 0, 0.3, 0}, {2, 0.5}).var == Approx(2 * gelu_tanh_grad(1.5) * gelu_tanh_grad(1.5)).epsilon(1e-13));
+  // Lanes of a batch equal the scalar calls; float is evaluated in double.
+  const std::vector<Moments<double>> inputs = {{0, 2, 0.3, -0.1}, {0.8, 2, 0.3, -0.1}, {0, 0, 1, -1}, {-1, 0.5, 0.9, 0.1}};
+  Eigen::ArrayXd mean(4), var(4), len(4), dim(4);
+  for (Eigen::Index i = 0; i < 4; ++i) {
+    const auto& m = inputs[static_cast<std::size_t>(i)];
+    mean(i) = m.mean, var(i) = m.var, len(i) = m.corr_len, dim(i) = m.corr_dim;
+  }
+  const Gelu<Eigen::ArrayXd> batch(sigprop::GeluForm::tanh);
+  const Moments<Eigen::ArrayXd> in{mean, var, len, dim};
+  const auto out = batch.forward(in);
+  const auto grad = batch.backward(in, {Eigen::ArrayXd::Constant(4, 1.5), Eigen::ArrayXd::Constant(4, 0.4)});
+  for (Eigen::Index i = 0; i < 4; ++i) {
+    const auto& m = inputs[static_cast<std::size_t>(i)];
+    const auto one = layer.forward(m);
+    const auto g = layer.backward(m, {1.5, 0.4});
+    CHECK(out.mean(i) == Approx(one.mean).epsilon(1e-15));
+    CHECK(out.var(i) == Approx(one.var).epsilon(1e-15));
+    CHECK(out.corr_len(i) == Approx(one.corr_len).margin(1e-15));
+    CHECK(out.corr_dim(i) == Approx(one.corr_dim).margin(1e-15));
+    CHECK(grad.var(i) == Approx(g.var).epsilon(1e-15));
+    CHECK(grad.corr_len(i) == Approx(g.corr_len).margin(1e-15));
+    const auto f = Gelu<float>(sigprop::GeluForm::tanh).forward({float(m.mean), float(m.var), float(m.corr_len), float(m.corr_dim)});
+    CHECK(f.var == Approx(one.var).epsilon(1e-6).margin(1e-30));
+  }
+}
+
+TEST_CASE("Gelu tanh form: Monte Carlo", "[gelu][tanh][montecarlo]") {
+  // Mean 0 and nonzero, small to large variance, r up to 0.99; 24 trials of
+  // 256 x 256 each, every Table 20 quantity within 5 standard errors.
+  require_simulation_agrees("gelu-tanh",
+                            {{0, 1, 0.5, 0.3}, {0.7, 2, 0.9, 0}, {-1, 0.5, 0.3, 0.1}, {0, 30, 0.99, 0},
+                             {0, 100, 0.5, 0}, {1.5, 0.05, 0.6, 0}},
+                            24, Gelu<double>(sigprop::GeluForm::tanh));
+}
+
+TEST_CASE("Gelu tanh form: the simulated difference from the erf form", "[gelu][tanh][montecarlo]") {
+  // The same random inputs through both forms (common random numbers): the
+  // difference of the measured moments has a far smaller spread than either,
+  // so the predicted difference (1e-5 to 1e-4 of a variance) is resolved. The
+  // standard error comes from the spread over 16 seeds of 16 trials each.
+  const Gelu<double> erf, tanh(sigprop::GeluForm::tanh);
+  for (const Moments<double>& in : {Moments<double>{0, 1, 0.5, 0}, Moments<double>{0.6, 2.5, 0.8, 0}}) {
+    const GradMoments<double> g{1, 0.5};
+    const double forward = tanh.forward(in).var - erf.forward(in).var;
+    const double backward = tanh.backward(in, g).var - erf.backward(in, g).var;
+    std::vector<double> df, db;
+    sigprop::montecarlo::SimulationSetup setup;
+    setup.trials = 16;
+    for (std::uint64_t seed = 1; seed <= 16; ++seed) {
+      setup.seed = 500 + seed;
+      const auto a = sigprop::montecarlo::simulate(erf, in, g, setup);
+      const auto b = sigprop::montecarlo::simulate(tanh, in, g, setup);
+      df.push_back(b.forward.var.value - a.forward.var.value);
+      db.push_back(b.backward.var.value - a.backward.var.value);
+    }
+    for (const auto& [label, d, predicted] :
+         {std::tuple<const char*, const std::vector<double>&, double>{"forward var", df, forward},
+          {"gradient var", db, backward}}) {
+      double m = 0, v = 0;
+      for (double x : d) m += x / double(d.size());
+      for (double x : d) v += (x - m) * (x - m) / double(d.size() - 1);
+      const double se = std::sqrt(v / double(d.size()));
+      INFO(label << " at mean " << in.mean << ": predicted " << predicted << ", measured " << m << " +- " << se);
+      CHECK(std::abs(m - predicted) <= 5 * se);
+      CHECK(std::abs(predicted) > 6 * se);  // the erf form (difference 0) would fail the check above
+    }
+  }
 }

@@ -160,7 +160,11 @@ void bind_config_fields(ConfigClass& cls, const py::object& activation, const py
   // (models/config.hpp, with_architecture).
   add_field(
       cls, "arch", [](const PyModelConfig& c) { return py::str(to_string(c.config.arch)); },
-      [](PyModelConfig& c, const py::handle& v) { c.config = with_architecture(c.config, to_text("arch", v)); },
+      [](PyModelConfig& c, const py::handle& v) {
+        const std::string name = to_text("arch", v);
+        c.config = with_architecture(c.config, name);
+        c.input = with_architecture(c.input, name);  // the presets' embedding tables
+      },
       "pre-ln | post-ln | no-ln, or the presets llama, gpt2 (set: applies the preset)");
   count_field(cls, "layers", SIGPROP_REF(c.config.layers), "N");
   count_field(cls, "d", SIGPROP_REF(c.config.d), "model width");
@@ -451,7 +455,10 @@ PYBIND11_MODULE(_sigprop, m) {
 
   // The enumerations: a new C++ value is one .value line.
   py::enum_<FfnActivation> activation(m, "Activation");
-  activation.value("relu", FfnActivation::relu).value("gelu", FfnActivation::gelu).value("silu", FfnActivation::silu);
+  activation.value("relu", FfnActivation::relu)
+      .value("gelu", FfnActivation::gelu)
+      .value("silu", FfnActivation::silu)
+      .value("gelu_tanh", FfnActivation::gelu_tanh);
   py::enum_<Norm> norm(m, "Norm");
   norm.value("layernorm", Norm::layernorm).value("rmsnorm", Norm::rmsnorm);
   py::enum_<AttentionGradient> gradient(m, "AttentionGradient");

@@ -16,7 +16,7 @@ def test_bert(hf_configs):
 
 def test_gpt2(hf_configs):
     c = sigprop.from_hf_config(hf_configs / "gpt2.json")
-    assert c.architecture_name == "gpt2" and c.ffn_width == 3072 and c.activation == "gelu"
+    assert c.architecture_name == "gpt2" and c.ffn_width == 3072 and c.activation == "gelu_tanh"
     assert (c.seq_len, c.vocab, c.dropout) == (1024, 50257, 0.1)
     assert c.position_table and not c.segment_table
     assert c.hf["activation"] == "gelu_new" and c.hf["tie_word_embeddings"]

@@ -8,7 +8,8 @@
 // p_attn the dropout on the probabilities (GPT-2's attn_pdrop; p unless given),
 // and the decoder's block with CausalAttention in place of Attention; either
 // with rotary position embeddings on every head (components/detail/rotary.hpp)
-// and with biases on Q, K, V (the heads' with_biases) and O (Linear).
+// with biases on Q, K, V (the heads' with_biases) and O (Linear), and either
+// logit scale (LogitScale).
 #pragma once
 
 #include <optional>
@@ -34,15 +35,18 @@ using AttentionBlock = Serial<T, MultiHead<T, Attention<T>>, Linear<T>, Dropout<
 
 /// The attention block for width d, H heads, sequence length L, dropout p on
 /// the output and `attention_p` on the attention probabilities, with biases
-/// on Q, K, V and O of per-entry variances `bias`.
+/// on Q, K, V and O of per-entry variances `bias` and logits Q K^T scaled by
+/// `logit_scale`.
 template <class T>
 AttentionBlock<T> attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
                                   AttentionGradient gradient, RotaryEmbedding rotary, const AttentionWeights<T>& bias,
-                                  T attention_p) {
+                                  T attention_p, LogitScale logit_scale = LogitScale::inv_sqrt_dk) {
   require_width("sigprop::attention_block", "heads", heads);
   require_width("sigprop::attention_block", "d / heads", T(d / heads));
-  return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, attention_p, gradient, rotary)
-                               .with_biases(bias.q, bias.k, bias.v), heads),
+  return serial(multi_head(Attention<T>(d, d / heads, seq_len, w.q, w.k, w.v, attention_p, gradient, rotary,
+                                        logit_scale)
+                               .with_biases(bias.q, bias.k, bias.v),
+                           heads),
                 Linear<T>(d, d, w.o, bias.o), Dropout<T>(p));
 }
 
@@ -58,9 +62,17 @@ template <class T>
 AttentionBlock<T> attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
                                   AttentionGradient gradient = AttentionGradient::all_paths,
                                   RotaryEmbedding rotary = {},
-                                  const std::optional<std::common_type_t<T>>& attention_p = {}) {
+                                  const std::optional<std::common_type_t<T>>& attention_p = {},
+                                  LogitScale logit_scale = LogitScale::inv_sqrt_dk) {
   return attention_block<T>(d, heads, seq_len, w, p, gradient, rotary, {0 * w.q, 0 * w.q, 0 * w.q, 0 * w.q},
-                            attention_p ? T(*attention_p) : p);
+                            attention_p ? T(*attention_p) : p, logit_scale);
+}
+
+/// The same with dropout p on the probabilities and logit scale `logit_scale`.
+template <class T>
+AttentionBlock<T> attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
+                                  AttentionGradient gradient, RotaryEmbedding rotary, LogitScale logit_scale) {
+  return attention_block<T>(d, heads, seq_len, w, p, gradient, rotary, std::nullopt, logit_scale);
 }
 
 template <class T>
@@ -71,11 +83,14 @@ using CausalAttentionBlock = Serial<T, MultiHead<T, CausalAttention<T>>, Linear<
 template <class T>
 CausalAttentionBlock<T> causal_attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
                                               AttentionGradient gradient, RotaryEmbedding rotary,
-                                              const AttentionWeights<T>& bias, T attention_p) {
+                                              const AttentionWeights<T>& bias, T attention_p,
+                                              LogitScale logit_scale = LogitScale::inv_sqrt_dk) {
   require_width("sigprop::causal_attention_block", "heads", heads);
   require_width("sigprop::causal_attention_block", "d / heads", T(d / heads));
-  return serial(multi_head(CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, attention_p, gradient, rotary)
-                               .with_biases(bias.q, bias.k, bias.v), heads),
+  return serial(multi_head(CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, attention_p, gradient, rotary,
+                                              logit_scale)
+                               .with_biases(bias.q, bias.k, bias.v),
+                           heads),
                 Linear<T>(d, d, w.o, bias.o), Dropout<T>(p));
 }
 
@@ -92,9 +107,18 @@ template <class T>
 CausalAttentionBlock<T> causal_attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
                                               AttentionGradient gradient = AttentionGradient::all_paths,
                                               RotaryEmbedding rotary = {},
-                                              const std::optional<std::common_type_t<T>>& attention_p = {}) {
+                                              const std::optional<std::common_type_t<T>>& attention_p = {},
+                                              LogitScale logit_scale = LogitScale::inv_sqrt_dk) {
   return causal_attention_block<T>(d, heads, seq_len, w, p, gradient, rotary, {0 * w.q, 0 * w.q, 0 * w.q, 0 * w.q},
-                                   attention_p ? T(*attention_p) : p);
+                                   attention_p ? T(*attention_p) : p, logit_scale);
+}
+
+/// The same with dropout p on the probabilities and logit scale `logit_scale`.
+template <class T>
+CausalAttentionBlock<T> causal_attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
+                                              AttentionGradient gradient, RotaryEmbedding rotary,
+                                              LogitScale logit_scale) {
+  return causal_attention_block<T>(d, heads, seq_len, w, p, gradient, rotary, std::nullopt, logit_scale);
 }
 
 }  // namespace sigprop

@@ -15,6 +15,7 @@
 
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 #include "sigprop/blocks/gated.hpp"
 
@@ -30,13 +31,14 @@ template <class T, class Activation>
 using FfnBlock = Serial<T, Linear<T>, Activation, Dropout<T>, Linear<T>, Dropout<T>>;
 
 /// FFN block of width d with hidden width m d; `Activation` is Relu<T> or
-/// Gelu<T>; b1, b2 the per-entry variances of the two maps' biases; dropout
-/// `hidden_p` after the activation (PyTorch's encoder layer; 0: none), p on
-/// the output.
+/// Gelu<T> (`activation` its instance, e.g. Gelu<T>(GeluForm::tanh)); b1, b2
+/// the per-entry variances of the two maps' biases; dropout `hidden_p` after
+/// the activation (PyTorch's encoder layer; 0: none), p on the output.
 template <class Activation, class T>
-FfnBlock<T, Activation> ffn_block(T d, T ffn_mult, T w1, T w2, T p, T b1, T b2, T hidden_p) {
+FfnBlock<T, Activation> ffn_block(T d, T ffn_mult, T w1, T w2, T p, T b1, T b2, T hidden_p,
+                                  Activation activation = Activation()) {
   require_width("sigprop::ffn_block", "ffn_mult", ffn_mult);
-  return serial(Linear<T>(d, ffn_mult * d, w1, b1), Activation(), Dropout<T>(hidden_p),
+  return serial(Linear<T>(d, ffn_mult * d, w1, b1), std::move(activation), Dropout<T>(hidden_p),
                 Linear<T>(ffn_mult * d, d, w2, b2), Dropout<T>(p));
 }
 
@@ -53,6 +55,12 @@ FfnBlock<T, Activation> ffn_block(T d, T ffn_mult, T w1, T w2, T p,
   return ffn_block<Activation>(d, ffn_mult, w1, w2, p, T(0 * w1), T(0 * w1), hidden_p ? *hidden_p : T(0 * p));
 }
 
+/// The same without biases or dropout after the activation, with `activation`.
+template <class Activation, class T>
+FfnBlock<T, Activation> ffn_block(T d, T ffn_mult, T w1, T w2, T p, Activation activation) {
+  return ffn_block<Activation>(d, ffn_mult, w1, w2, p, T(0 * w1), T(0 * w1), T(0 * p), std::move(activation));
+}
+
 template <class T, class Activation>
 using GluFfnBlock =
     Serial<T, Gated<T, Serial<T, Linear<T>, Activation>, Linear<T>>, Dropout<T>, Linear<T>, Dropout<T>>;
@@ -62,9 +70,10 @@ using GluFfnBlock =
 /// w1, wv, w2 are the per-entry variances of W1, V, W2; b1, bv, b2 of their
 /// biases; `hidden_p` the dropout on the gated product (0: none), p on the output.
 template <class Activation, class T>
-GluFfnBlock<T, Activation> glu_ffn_block(T d, T hidden, T w1, T wv, T w2, T p, T b1, T bv, T b2, T hidden_p) {
+GluFfnBlock<T, Activation> glu_ffn_block(T d, T hidden, T w1, T wv, T w2, T p, T b1, T bv, T b2, T hidden_p,
+                                         Activation activation = Activation()) {
   require_width("sigprop::glu_ffn_block", "hidden", hidden);
-  return serial(gated(serial(Linear<T>(d, hidden, w1, b1), Activation()), Linear<T>(d, hidden, wv, bv)),
+  return serial(gated(serial(Linear<T>(d, hidden, w1, b1), std::move(activation)), Linear<T>(d, hidden, wv, bv)),
                 Dropout<T>(hidden_p), Linear<T>(hidden, d, w2, b2), Dropout<T>(p));
 }
 
@@ -80,6 +89,13 @@ GluFfnBlock<T, Activation> glu_ffn_block(T d, T hidden, T w1, T wv, T w2, T p,
                                          const std::optional<std::common_type_t<T>>& hidden_p = {}) {
   return glu_ffn_block<Activation>(d, hidden, w1, wv, w2, p, T(0 * w1), T(0 * w1), T(0 * w1),
                                    hidden_p ? *hidden_p : T(0 * p));
+}
+
+/// The same without biases or dropout on the gated product, with `activation`.
+template <class Activation, class T>
+GluFfnBlock<T, Activation> glu_ffn_block(T d, T hidden, T w1, T wv, T w2, T p, Activation activation) {
+  return glu_ffn_block<Activation>(d, hidden, w1, wv, w2, p, T(0 * w1), T(0 * w1), T(0 * w1), T(0 * p),
+                                   std::move(activation));
 }
 
 }  // namespace sigprop

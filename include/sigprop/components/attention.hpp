@@ -112,11 +112,13 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
 
   /// Widths d_in, d_k, sequence length seq_len (>= 2), the per-entry
   /// variances of Wq, Wk, Wv, the dropout probability p on the attention
-  /// probabilities, the gradient paths backward() includes, and rotary
-  /// position embeddings on the queries and keys (none by default).
+  /// probabilities, the gradient paths backward() includes, rotary
+  /// position embeddings on the queries and keys (none by default) and the
+  /// logit scale (1/sqrt(d_k) by default).
   BasicAttention(T d_in, T d_k, T seq_len, T q_var, T k_var, T v_var, T p = 0,
-                 AttentionGradient gradient = AttentionGradient::all_paths, RotaryEmbedding rotary = {})
-      : h_{d_in, d_k, seq_len, q_var, k_var, v_var, p, rotary, T(0 * q_var), T(0 * q_var), T(0 * q_var)},
+                 AttentionGradient gradient = AttentionGradient::all_paths, RotaryEmbedding rotary = {},
+                 LogitScale logit_scale = LogitScale::inv_sqrt_dk)
+      : h_{d_in, d_k, seq_len, q_var, k_var, v_var, p, rotary, T(0 * q_var), T(0 * q_var), T(0 * q_var), logit_scale},
         gradient_(gradient) {
     require_width(name, "d_in", h_.d_in);
     require_width(name, "d_k", h_.d_k);
@@ -140,6 +142,7 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
   const T& v_bias() const { return h_.v_bias; }
   AttentionGradient gradient() const { return gradient_; }
   const RotaryEmbedding& rotary() const { return h_.rotary; }
+  LogitScale logit_scale() const { return h_.logit_scale; }
 
   Moments<T> forward_impl(const Moments<T>& in) const {
     const AttentionTerms<T> a = terms_of(in);
@@ -221,7 +224,9 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
     const AttentionTerms<T> a = terms_of(in);
     const SoftmaxSums<T> s = Mask::sums(h_, in, a);
     const detail::SoftmaxOutputs<T> o = detail::softmax_outputs(h_, a, s, in, g);
-    return {detail::checked_grad(name, detail::grad_of(o.query)), detail::checked_grad(name, detail::grad_of(o.key)),
+    const T gain = h_.logit_gain();
+    const detail::PathMoments<T> query{o.query.var * gain, o.query.cov * gain};
+    return {detail::checked_grad(name, detail::grad_of(query)), detail::checked_grad(name, detail::grad_of(o.key)),
             detail::checked_grad(name, detail::grad_of(detail::value_output(h_, s, g)))};
   }
 
@@ -298,9 +303,11 @@ class Attention : public BasicAttention<T, detail::FullMask> {
     const T& L = h.seq_len;
     const T r_g = detail::feasible_corr(h, g.corr_len);
     const T sequence = L * a.second + L * (L - 1) * r_g * a.common;
-    const T coherent = spread * a.pos_var * a.pos_var * h.d_in * h.d_in * h.d_k * h.q_var * g.var * sequence;
+    // With logits Q K^T/d_k: score_q_var() in place of q_var, and dWq a
+    // factor logit_gain() (the scaled Wq's gradient; attention.hpp's constructor).
+    const T coherent = spread * a.pos_var * a.pos_var * h.d_in * h.d_in * h.d_k * h.score_q_var() * g.var * sequence;
     const T d2 = h.d_in * h.d_in;
-    const T shared_third = (L - 1) * r_g * g.var * h.q_var * h.k_var * h.k_var * h.v_var * d2 * d2 * h.d_k *
+    const T shared_third = h.logit_gain() * (L - 1) * r_g * g.var * h.score_q_var() * h.k_var * h.k_var * h.v_var * d2 * d2 * h.d_k *
                            a.pos_var * a.pos_var * a.second *
                            (spread * a.pos_var * a.pos_var + 2 * a.pos_var * a.common);
     return {sigprop::weight_grad_sq(h.d_in, h.d_k, L, in, p.key) + coherent * h.v_var,

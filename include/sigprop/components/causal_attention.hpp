@@ -54,14 +54,14 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
   /// The same head without the mask (every query attends to all L keys).
   Attention<T> full() const {
     return Attention<T>(this->d_in(), this->d_k(), this->seq_len(), this->q_var(), this->k_var(), this->v_var(),
-                        this->p(), this->gradient(), this->rotary())
+                        this->p(), this->gradient(), this->rotary(), this->logit_scale())
         .with_biases(this->q_bias(), this->k_bias(), this->v_bias());
   }
 
   /// The same head with backward() through the paths `gradient`.
   CausalAttention with_gradient(AttentionGradient gradient) const {
     return CausalAttention(this->d_in(), this->d_k(), this->seq_len(), this->q_var(), this->k_var(), this->v_var(),
-                           this->p(), gradient, this->rotary())
+                           this->p(), gradient, this->rotary(), this->logit_scale())
         .with_biases(this->q_bias(), this->k_bias(), this->v_bias());
   }
 

@@ -1,5 +1,6 @@
 // sigprop/components/gelu.hpp -- y = GeLU(x) = x Phi(x) entrywise (the erf
-// form; the tanh approximation differs slightly and is not modelled).
+// form), or its tanh approximation x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// (GeluForm::tanh, GPT-2's; detail/gelu_tanh.hpp, exact for that function).
 //
 // Reference: Kedia et al., "Transformers Get Stable" (ICML 2024), appendix
 // B.5, for mean-zero inputs. Exact for Gaussian inputs x ~ N(0, q) with
@@ -42,6 +43,7 @@
 // reported as the input's: the limit s -> 0, where GeLU acts linearly.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -50,6 +52,7 @@
 #include <boost/math/quadrature/gauss.hpp>
 
 #include "sigprop/components/detail/activation_norm.hpp"
+#include "sigprop/components/detail/gelu_tanh.hpp"
 #include "sigprop/core/component.hpp"
 #include "sigprop/numerics/quadrature.hpp"
 
@@ -343,7 +346,14 @@ class GeluQuadrature {
   R mu_, var_, s_, mean_, deficit_;
 };
 
+struct GeluTanhForwardTag;  // the tanh form's memo entries (forward, backward, norm_var_ratio)
+struct GeluTanhBackwardTag;
+struct GeluTanhNormTag;
+
 }  // namespace detail
+
+/// Which GeLU: the erf form x Phi(x) or the tanh approximation (header comment).
+enum class GeluForm { erf, tanh };
 
 template <class T = double>
 class Gelu : public Component<Gelu<T>, T> {
@@ -352,6 +362,9 @@ class Gelu : public Component<Gelu<T>, T> {
   static constexpr bool elementwise = true;
 
   Gelu() = default;
+  explicit Gelu(GeluForm form) : form_(form) {}
+
+  GeluForm form() const { return form_; }
 
   Moments<T> forward_impl(const Moments<T>& in) const {
     using Z = detail::GeluZeroMean<T>;
@@ -368,12 +381,16 @@ class Gelu : public Component<Gelu<T>, T> {
       set_lane(out.corr_len, i, var > 0 ? quad.cov(lane(in.corr_len, i)) / var : lane(in.corr_len, i));
       set_lane(out.corr_dim, i, var > 0 ? quad.cov(lane(in.corr_dim, i)) / var : lane(in.corr_dim, i));
     });
-    out.norm_var_ratio = detail::smooth_activation_norm_var_ratio<Gelu>(in, &detail::GeluQuadrature<double>::value);
+    if (form_ == GeluForm::tanh) tanh_forward(in, out);
+    out.norm_var_ratio =
+        form_ == GeluForm::tanh
+            ? detail::smooth_activation_norm_var_ratio<detail::GeluTanhNormTag>(in, &detail::gelu_tanh_value)
+            : detail::smooth_activation_norm_var_ratio<Gelu>(in, &detail::GeluQuadrature<double>::value);
     spread::carry_elementwise(*this, in, out);  // core/hidden_spread.hpp
     return out;
   }
 
-  /// 1 - r_out for a mean-zero input of variance `var`, from
+  /// 1 - r_out of the erf form for a mean-zero input of variance `var`, from
   /// one_minus_corr = 1 - r in [0, 2]: accurate to a few eps relative where
   /// 1 - forward(...).corr_len keeps only eps/(1 - r) (docs/accuracy.md).
   static T corr_complement(const T& var, const T& one_minus_corr) {
@@ -394,10 +411,13 @@ class Gelu : public Component<Gelu<T>, T> {
       // sec = 0 only for s = 0 at GeLU'(mu) = 0 or on underflow: the s -> 0 limit.
       set_lane(corr, i, sec > 0 ? quad.grad_cross(lane(in.corr_len, i)) / sec : Real(1));
     });
+    if (form_ == GeluForm::tanh) tanh_backward(in, second, corr);
     return keeping_activation_alignment(T(g.var * second), T(g.corr_len * corr), g);
   }
 
  private:
+  GeluForm form_ = GeluForm::erf;
+
   using Real = std::conditional_t<(sizeof(math::real_of<T>) < sizeof(double)), double,
                                   math::real_of<T>>;
   // Lanes with mean != 0 replace the closed forms by the Hermite series
@@ -414,6 +434,66 @@ class Gelu : public Component<Gelu<T>, T> {
       else
         f(i, detail::GeluQuadrature<Real>(mean, var));
     }
+  }
+
+  // The tanh form: the erf form's moments in `out` plus the gap's, lane by
+  // lane (detail/gelu_tanh.hpp); memoized per thread (core/memo.hpp). At
+  // variance 0 the output is u(mu) and the correlations stay the input's.
+  static void tanh_forward(const Moments<T>& in, Moments<T>& out) {
+    const auto m = detail::memoized<detail::GeluTanhForwardTag>(
+        std::array<T, 4>{in.mean, in.var, in.corr_len, in.corr_dim}, [&] {
+          std::array<T, 4> r{out.mean, out.var, out.corr_len, out.corr_dim};
+          for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
+            const double mu = double(lane(in.mean, i)), var = double(lane(in.var, i));
+            if (!(var > 0)) {
+              set_lane(r[0], i, detail::gelu_tanh_value(mu));
+              continue;
+            }
+            const double erf_var = double(lane(out.var, i));
+            const detail::GeluTanhGap gap(mu, var);
+            const double v = erf_var + gap.cov(1, erf_var);
+            set_lane(r[0], i, double(lane(out.mean, i)) + gap.mean());
+            set_lane(r[1], i, v);
+            for (std::size_t k : {2, 3}) {
+              const double r_in = double(lane(k == 2 ? in.corr_len : in.corr_dim, i));
+              const double c = double(lane(r[k], i)) * erf_var + gap.cov(r_in, erf_var);
+              set_lane(r[k], i, v > 0 ? c / v : r_in);
+            }
+          }
+          return r;
+        });
+    out.mean = m[0];
+    out.var = m[1];
+    out.corr_len = m[2];
+    out.corr_dim = m[3];
+  }
+
+  // E[u'^2] and the gradient correlation's factor of the tanh form from the
+  // erf form's (`second`, `corr`), lane by lane; memoized.
+  static void tanh_backward(const Moments<T>& in, T& second, T& corr) {
+    const auto m = detail::memoized<detail::GeluTanhBackwardTag>(
+        std::array<T, 3>{in.mean, in.var, in.corr_len}, [&] {
+          std::array<T, 2> r{second, corr};
+          for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
+            const double mu = double(lane(in.mean, i)), var = double(lane(in.var, i));
+            if (!(var > 0)) {
+              const double d = detail::gelu_tanh_derivative(mu);
+              set_lane(r[0], i, d * d);
+              set_lane(r[1], i, 1.0);
+              continue;
+            }
+            const double erf_second = double(lane(second, i));
+            const detail::GeluTanhGap gap(mu, var);
+            const double sec = erf_second + gap.grad_cross(1, erf_second);
+            const double r_in = double(lane(in.corr_len, i));
+            const double cross = double(lane(corr, i)) * erf_second + gap.grad_cross(r_in, erf_second);
+            set_lane(r[0], i, sec);
+            set_lane(r[1], i, sec > 0 ? cross / sec : 1.0);
+          }
+          return r;
+        });
+    second = m[0];
+    corr = m[1];
   }
 };
 

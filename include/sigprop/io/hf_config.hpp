@@ -6,7 +6,7 @@
 // gpt2 (Pre-LN decoder, learned positions) and llama, mistral, qwen2 (the
 // llama preset with the file's FFN width and rotary base). Every value the
 // file gives is kept in HfConfig; the ones ModelConfig cannot express yet
-// (tanh GeLU, biases, norm epsilon, initializer range, separate attention
+// (biases, norm epsilon, initializer range, separate attention
 // dropout) are listed in docs/python.md, "Hugging Face configs"; grouped K/V
 // heads change no moment at initialization (docs/decoders.md). Optional: needs nlohmann-json and is included only where used.
 #pragma once
@@ -132,8 +132,8 @@ inline bool hf_flag(const nlohmann::json& j, const char* key, bool fallback) {
 inline FfnActivation hf_activation(const char* key, const std::string& name) {
   static const std::pair<const char*, FfnActivation> names[] = {
       {"gelu", FfnActivation::gelu},
-      {"gelu_new", FfnActivation::gelu},           // tanh form: gelu_tanh once ModelConfig has it
-      {"gelu_pytorch_tanh", FfnActivation::gelu},  // the same
+      {"gelu_new", FfnActivation::gelu_tanh},  // the tanh form (components/gelu.hpp)
+      {"gelu_pytorch_tanh", FfnActivation::gelu_tanh},
       {"silu", FfnActivation::silu},
       {"swish", FfnActivation::silu},
       {"relu", FfnActivation::relu},

@@ -40,12 +40,14 @@ inline Arch arch_from_string(const std::string& name) {
   detail::raise_domain("sigprop::arch_from_string", "arch", "'" + name + "'", "{pre-ln, post-ln, no-ln}");
 }
 
-enum class FfnActivation { relu, gelu, silu };
+/// gelu is x Phi(x), gelu_tanh its tanh approximation (GPT-2's; Gelu with GeluForm::tanh).
+enum class FfnActivation { relu, gelu, silu, gelu_tanh };
 
 inline const char* to_string(FfnActivation a) {
   switch (a) {
     case FfnActivation::relu: return "relu";
     case FfnActivation::gelu: return "gelu";
+    case FfnActivation::gelu_tanh: return "gelu_tanh";
     case FfnActivation::silu: return "silu";
   }
   return "?";
@@ -88,6 +90,8 @@ struct ModelConfig {
   /// The initial gain of every norm and bias of every LayerNorm (RMSNorm has
   /// none), the same for all units: out = ln_gain normalized + ln_bias.
   double ln_gain = 1, ln_bias = 0;
+  /// The attention logits Q K^T divided by sqrt(d_k), or by d_k (muP).
+  LogitScale logit_scale = LogitScale::inv_sqrt_dk;
 
   std::size_t head_width() const { return d / heads; }
   std::size_t hidden_width() const { return ffn_hidden > 0 ? ffn_hidden : ffn_mult * d; }
@@ -115,9 +119,11 @@ struct ModelConfig {
 };
 
 /// The decoder presets: "llama" (pre-RMSNorm with a final RMSNorm, causal
-/// attention, SwiGLU FFN of hidden width 8d/3 rounded up to a multiple of
-/// 8, no dropout; Touvron et al. 2023) and "gpt2" (pre-LayerNorm with a final
-/// LayerNorm, causal attention, GeLU FFN of width 4d; Radford et al. 2019),
+/// attention with rotary position embeddings of base 10000, SwiGLU FFN of
+/// hidden width 8d/3 rounded up to a multiple of 8, no dropout; Touvron et
+/// al. 2023) and "gpt2" (pre-LayerNorm with a final LayerNorm, causal
+/// attention, FFN of width 4d with the tanh GeLU; learned position
+/// embeddings, the embedding's tables: preset_tables; Radford et al. 2019),
 /// applied to `c`'s sizes (layers, d, heads, seq_len); "pre-ln", "post-ln"
 /// and "no-ln" set the architecture alone. Biases are zero at initialization
 /// in both (LayerWeights' bias variances and ModelConfig::ln_bias model others).
@@ -131,13 +137,15 @@ inline ModelConfig with_architecture(ModelConfig c, const std::string& name) {
     c.activation = FfnActivation::silu;
     c.ffn_hidden = (8 * c.d / 3 + 7) / 8 * 8;
     c.dropout = 0;
+    c.rotary_base = 10000;
   } else if (name == "gpt2") {
     c.arch = Arch::pre_ln;
     c.norm = Norm::layernorm;
     c.final_layernorm = true;
     c.causal = true;
     c.gated_ffn = false;
-    c.activation = FfnActivation::gelu;
+    c.activation = FfnActivation::gelu_tanh;
+    c.rotary_base = 0;
     c.ffn_mult = 4;
     c.ffn_hidden = 0;
   } else {

@@ -144,6 +144,18 @@ struct InputSpec {
   std::optional<Moments<double>> measured;  ///< replaces the embedding model when set
 };
 
+/// The embedding tables of the decoder presets (models/config.hpp): "gpt2"
+/// learns token and position tables, "llama" a token table alone (its
+/// positions enter through the rotary embeddings); other names keep `input`'s.
+inline InputSpec with_architecture(InputSpec input, const std::string& name) {
+  if (name == "gpt2" || name == "llama") {
+    input.token = true;
+    input.position = name == "gpt2";
+    input.segment = false;
+  }
+  return input;
+}
+
 /// beta^2 = k / N^alpha, lambda^2 = 1 - beta^2 (DeepScaleLM, section 3.5).
 struct ResidualScaling {
   double k = 2;

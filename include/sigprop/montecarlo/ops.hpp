@@ -73,12 +73,17 @@ inline Matrix softmax_rows_backward(const Matrix& p, const Matrix& g) {
   return p.cwiseProduct(g.colwise() - pg);
 }
 
-/// Elementwise activations: value and derivative.
-enum class Activation { relu, gelu, silu };
+/// Elementwise activations: value and derivative. gelu is x Phi(x), gelu_tanh
+/// x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) as GPT-2 computes it.
+enum class Activation { relu, gelu, silu, gelu_tanh };
+
+inline constexpr double gelu_tanh_k = 0.044715;
 
 inline double activation_value(Activation a, double x) {
   if (a == Activation::relu) return x > 0 ? x : 0;
   if (a == Activation::silu) return x / (1 + std::exp(-x));
+  if (a == Activation::gelu_tanh)
+    return 0.5 * x * (1 + std::tanh(boost::math::constants::root_two_div_pi<double>() * (x + gelu_tanh_k * x * x * x)));
   return 0.5 * x * std::erfc(-x * boost::math::constants::one_div_root_two<double>());
 }
 
@@ -87,6 +92,11 @@ inline double activation_derivative(Activation a, double x) {
   if (a == Activation::silu) {
     const double sigmoid = 1 / (1 + std::exp(-x));
     return sigmoid * (1 + x * (1 - sigmoid));
+  }
+  if (a == Activation::gelu_tanh) {
+    const double c = boost::math::constants::root_two_div_pi<double>();
+    const double t = std::tanh(c * (x + gelu_tanh_k * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * gelu_tanh_k * x * x);
   }
   const double cdf = 0.5 * std::erfc(-x * boost::math::constants::one_div_root_two<double>());
   return cdf + x * std::exp(-0.5 * x * x) * boost::math::constants::one_div_root_two_pi<double>();
@@ -159,7 +169,8 @@ inline Matrix rotate_pairs(const Matrix& x, double base, double sign = 1) {
   return y;
 }
 
-/// One attention head: S = Q K^T / sqrt(d_k), P = softmax over each row (keys),
+/// One attention head: S = Q K^T / d_k^e (e = 1/2, or 1 for muP's logit
+/// scale), P = softmax over each row (keys),
 /// P_drop = P .* mask (inverted dropout on the probabilities), O = P_drop V.
 struct AttentionCache {
   Matrix q, k, v, probs, mask;  ///< q and k as the scores see them (rotated)
@@ -176,17 +187,18 @@ struct HeadBiases {
 /// One head's forward with a given inverted-dropout mask on the probabilities
 /// (L x L; empty: no dropout). `causal`: query i attends to keys 1..i (the
 /// scores above the diagonal are -inf); `rotary_base` > 0: Q and K turned by
-/// rotate_pairs.
+/// rotate_pairs; `logit_power` the exponent e.
 inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, const Matrix& wk,
                                              const Matrix& wv, const Matrix& mask, Matrix& out,
                                              bool causal = false, double rotary_base = 0,
-                                             const HeadBiases& bias = {}) {
+                                             const HeadBiases& bias = {}, double logit_power = 0.5) {
   AttentionCache c;
   c.rotary_base = rotary_base;
   c.q = rotate_pairs(affine(x, wq, bias.q), rotary_base);
   c.k = rotate_pairs(affine(x, wk, bias.k), rotary_base);
   c.v = affine(x, wv, bias.v);
-  c.scale = 1 / std::sqrt(static_cast<double>(wq.cols()));
+  const auto d_k = static_cast<double>(wq.cols());
+  c.scale = logit_power == 0.5 ? 1 / std::sqrt(d_k) : std::pow(d_k, -logit_power);
   Matrix scores = (c.q * c.k.transpose()) * c.scale;
   if (causal) scores.triangularView<Eigen::StrictlyUpper>().setConstant(-std::numeric_limits<double>::infinity());
   c.probs = softmax_rows(scores);
@@ -199,9 +211,9 @@ inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, 
 inline AttentionCache attention_head_forward(const Matrix& x, const Matrix& wq, const Matrix& wk,
                                              const Matrix& wv, double p, Random& rng,
                                              Matrix& out, bool causal = false, double rotary_base = 0,
-                                             const HeadBiases& bias = {}) {
+                                             const HeadBiases& bias = {}, double logit_power = 0.5) {
   const Matrix mask = p > 0 ? dropout_mask(x.rows(), x.rows(), p, rng) : Matrix();
-  return attention_head_forward(x, wq, wk, wv, mask, out, causal, rotary_base, bias);
+  return attention_head_forward(x, wq, wk, wv, mask, out, causal, rotary_base, bias, logit_power);
 }
 
 /// The gradients of one head's Q = x Wq, K = x Wk (before the rotation) and

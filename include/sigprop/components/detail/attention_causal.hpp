@@ -72,8 +72,8 @@ Moments<T> with_defaults(Moments<T> m) {
 template <class T, class Real = math::real_of<T>>
 HeadParams<Real> lane_params(const HeadParams<T>& h, std::size_t i) {
   const auto at = [i](const T& x) { return static_cast<Real>(lane(x, i)); };
-  return {at(h.d_in), at(h.d_k), at(h.seq_len), at(h.q_var), at(h.k_var), at(h.v_var), at(h.p), h.rotary,
-          at(h.q_bias), at(h.k_bias), at(h.v_bias)};
+  return {at(h.d_in), at(h.d_k),    at(h.seq_len), at(h.q_var),  at(h.k_var),  at(h.v_var),
+          at(h.p),    h.rotary,     at(h.q_bias),  at(h.k_bias), at(h.v_bias), h.logit_scale};
 }
 template <class T, class Real = math::real_of<T>>
 Moments<Real> lane_moments(const Moments<T>& in, std::size_t i) {

@@ -201,7 +201,8 @@ PathMoments<T> value_output(const HeadParams<T>& h, const SoftmaxSums<T>& s, con
 }
 
 /// The gradients at the outputs of the query and key projections through the
-/// softmax Jacobian (the header's Var_Q, Cov_Q, Var_K, Cov_K).
+/// softmax Jacobian (the header's Var_Q, Cov_Q, Var_K, Cov_K); the query's
+/// for Q scaled as score_q_var() has it (times logit_gain() for dLoss/dQ).
 template <class T>
 struct SoftmaxOutputs {
   PathMoments<T> query, key;
@@ -232,13 +233,13 @@ SoftmaxOutputs<T> softmax_outputs(const HeadParams<T>& h, const AttentionTerms<T
                     r_g * s.key_pairs_centred * a.pos_var * common_eff;
   // A query bias is a part of every query shared by all, of second moment
   // q_bias/(d_in q_var) in units of the input: it joins m2 and the queries' common part.
-  const T query_bias = h.q_bias / h.d_in;
+  const T query_bias = h.score_q_bias() / h.d_in;
   const T bias_var = s.key_jacobian * (a.pos_var + h.p * (a.pos_var + a.common)) / (1 - h.p) +
                      r_g * s.key_pairs_centred * a.pos_var;
   // A negative r_g makes the coherent key term negative; the variance it
   // belongs to cannot be (only reachable far outside the validated domain).
-  const T key_var_bounded =
-      base * h.q_var * math::clamp_nonnegative(key_var) + base * query_bias * math::clamp_nonnegative(bias_var);
+  const T key_var_bounded = base * h.score_q_var() * math::clamp_nonnegative(key_var) +
+                            base * query_bias * math::clamp_nonnegative(bias_var);
   return {query, {key_var_bounded, -key_var_bounded / (L - 1)}};
 }
 
@@ -253,7 +254,7 @@ template <class T>
 PathMoments<T> softmax_path(const HeadParams<T>& h, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
                             const Moments<T>& in, const GradMoments<T>& g) {
   const SoftmaxOutputs<T> o = softmax_outputs(h, a, s, in, g);
-  const PathMoments<T> q = through(h, o.query, h.q_var), k = through(h, o.key, h.k_var);
+  const PathMoments<T> q = through(h, o.query, h.score_q_var()), k = through(h, o.key, h.k_var);
   return {q.var + k.var, q.cov + k.cov};
 }
 

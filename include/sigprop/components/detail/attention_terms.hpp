@@ -21,26 +21,48 @@
 #include "sigprop/numerics/math.hpp"
 #include "sigprop/core/moments.hpp"
 
+namespace sigprop {
+
+/// What a head divides its logits Q K^T by: sqrt(d_k) (Vaswani et al. 2017)
+/// or d_k (muP: Yang et al., "Tensor Programs V", 2022), docs/components/attention.md
+/// ("Logit scale").
+enum class LogitScale { inv_sqrt_dk, inv_dk };
+
+inline const char* to_string(LogitScale s) { return s == LogitScale::inv_dk ? "inv-dk" : "inv-sqrt-dk"; }
+
+}  // namespace sigprop
+
 namespace sigprop::detail {
 
 /// The parameters of one head: widths d_in, d_k, the sequence length, the
 /// weight variances of Wq, Wk, Wv, the dropout probability, the rotary
-/// embedding and the bias variances of Q, K, V.
+/// embedding, the bias variances of Q, K, V and the logit scale.
 template <class T>
 struct HeadParams {
   T d_in, d_k, seq_len, q_var, k_var, v_var, p;
   RotaryEmbedding rotary;
   T q_bias, k_bias, v_bias;
+  LogitScale logit_scale = LogitScale::inv_sqrt_dk;
 
-  /// t = d_in q_var k_var (d_k cancels in the scores).
-  T t() const { return d_in * q_var * k_var; }
+  /// The logits' variance relative to 1/sqrt(d_k): 1, or 1/d_k for inv_dk.
+  T logit_gain() const { return logit_scale == LogitScale::inv_dk ? T(1 / d_k) : T(0 * d_k + 1); }
+  /// q_var as the scores see it: a head with logits Q K^T/d_k is one with
+  /// logits Q K^T/sqrt(d_k) and Wq scaled by 1/sqrt(d_k), forward and in dX.
+  T score_q_var() const { return logit_scale == LogitScale::inv_dk ? T(q_var / d_k) : q_var; }
+  /// q_bias as the scores see it (the query bias scales with Wq).
+  T score_q_bias() const { return logit_scale == LogitScale::inv_dk ? T(q_bias / d_k) : q_bias; }
+  /// t = d_in q_var k_var (d_k cancels in the scores at 1/sqrt(d_k)).
+  T t() const { return d_in * score_q_var() * k_var; }
   /// k_var E[q^2] = t m2 + k_var q_bias for input second moment m2: what
   /// scales the scores (a query bias b_q adds b_q . (Wk^T x_k), which varies
   /// with the key; a key bias adds q_i . b_k, the same for every key of a
   /// query, and leaves the softmax alone).
-  T score_scale(const T& m2) const { return t() * m2 + k_var * q_bias; }
+  T score_scale(const T& m2) const { return t() * m2 + k_var * score_q_bias(); }
   /// Every field, for keys.
-  auto fields() const { return std::tie(d_in, d_k, seq_len, q_var, k_var, v_var, p, rotary.base, q_bias, k_bias, v_bias); }
+  auto fields() const {
+    return std::tuple_cat(std::tie(d_in, d_k, seq_len, q_var, k_var, v_var, p, rotary.base, q_bias, k_bias, v_bias),
+                          std::make_tuple(static_cast<int>(logit_scale)));
+  }
 };
 
 /// The key of everything computed from a head and its input (core/memo.hpp).
@@ -107,14 +129,14 @@ AttentionTerms<T> split_rows(const Moments<T>& in) {
 /// A query bias is shared by all queries: rho = (t common + k_var q_bias)/(t m2 + k_var q_bias).
 template <class T>
 void query_bias_terms(const HeadParams<T>& h, AttentionTerms<T>& a) {
-  a.corr_queries = a.corr_rows + (1 - a.corr_rows) * math::ratio_or(T(h.k_var * h.q_bias), h.score_scale(a.second), 0);
+  a.corr_queries = a.corr_rows + (1 - a.corr_rows) * math::ratio_or(T(h.k_var * h.score_q_bias()), h.score_scale(a.second), 0);
 }
 
 /// sigma^2 of the position-specific parts, (1 - r) s^2 d_in t m2 (with a
 /// query bias, t m2 + k_var q_bias).
 template <class T>
 T position_score_var(const HeadParams<T>& h, const AttentionTerms<T>& a) {
-  return a.pos_var * h.d_in * h.t() * a.second + a.pos_var * h.d_in * h.k_var * h.q_bias;
+  return a.pos_var * h.d_in * h.t() * a.second + a.pos_var * h.d_in * h.k_var * h.score_q_bias();
 }
 
 /// sigma^2: with rotary embeddings the keys' shared part joins the scores in
@@ -122,7 +144,7 @@ T position_score_var(const HeadParams<T>& h, const AttentionTerms<T>& a) {
 template <class T>
 T score_variance(const HeadParams<T>& h, const AttentionTerms<T>& a, const T& position_score) {
   const T keys = a.common * (1 - a.rotary_keep) * h.d_in;
-  return position_score + keys * h.t() * a.second + keys * h.k_var * h.q_bias;
+  return position_score + keys * h.t() * a.second + keys * h.k_var * h.score_q_bias();
 }
 
 /// E[(S^2)_jj] for S the hidden covariance of the position-specific part:

@@ -6,7 +6,7 @@
 //   no LN  : residual(block, lambda, beta)
 // block = attention_block / causal_attention_block, or ffn_block<Act> /
 // glu_ffn_block<Act>; Norm = LayerNorm or RMSNorm; Act = Relu, Gelu or Silu
-// (with_activation). Kedia et al. (ICML 2024), section 2; docs/models.md.
+// (with_activation; gelu_tanh is Gelu with GeluForm::tanh, activation_of). Kedia et al. (ICML 2024), section 2; docs/models.md.
 #pragma once
 
 #include <any>
@@ -39,6 +39,7 @@ struct StackShape {
   Norm norm = Norm::layernorm;
   bool causal = false, gated = false;
   RotaryEmbedding rotary;
+  LogitScale logit_scale = LogitScale::inv_sqrt_dk;
   std::size_t layers = 0;
   T d, heads, hidden, seq_len, dropout;  ///< hidden: the FFN's hidden width
   T ln_gain, ln_bias;                    ///< the norms' affine gain and (LayerNorm) bias
@@ -78,7 +79,8 @@ template <class T, class Apply>
 auto with_activation(FfnActivation activation, Apply apply) {
   switch (activation) {
     case FfnActivation::relu: return apply(type_tag<Relu<T>>{});
-    case FfnActivation::gelu: return apply(type_tag<Gelu<T>>{});
+    case FfnActivation::gelu:
+    case FfnActivation::gelu_tanh: return apply(type_tag<Gelu<T>>{});
     case FfnActivation::silu: break;
   }
   return apply(type_tag<Silu<T>>{});
@@ -94,6 +96,7 @@ inline StackShape<double> shape_of(const ModelConfig& c) {
   s.causal = c.causal;
   s.gated = c.gated_ffn;
   s.rotary = {c.rotary_base};
+  s.logit_scale = c.logit_scale;
   s.layers = c.layers;
   s.d = static_cast<double>(c.d);
   s.heads = static_cast<double>(c.heads);
@@ -250,13 +253,22 @@ template <class T, class W>
 auto make_attention_block(const StackShape<T>& s, const W& w) {
   return attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
                             s.attention_gradient, s.rotary, {w.q_bias, w.k_bias, w.v_bias, w.o_bias},
-                            s.attention_dropout);
+                            s.attention_dropout, s.logit_scale);
+}
+
+// The activation component of with_activation's type for the shape's
+// FfnActivation (the GeLU's form is a runtime field, not a type).
+template <class Activation, class T>
+Activation activation_of(const StackShape<T>& s) {
+  if constexpr (std::is_same_v<Activation, Gelu<T>>)
+    return Gelu<T>(s.activation == FfnActivation::gelu_tanh ? GeluForm::tanh : GeluForm::erf);
+  else return Activation();
 }
 
 template <class Activation, class T, class W>
 auto make_ffn_block(const StackShape<T>& s, const W& w) {
   return ffn_block<Activation>(s.d, T(s.hidden / s.d), T(w.ffn1), T(w.ffn2), s.dropout, T(w.ffn1_bias),
-                               T(w.ffn2_bias), s.ffn_dropout);
+                               T(w.ffn2_bias), s.ffn_dropout, activation_of<Activation>(s));
 }
 
 // The attention block as the shape says (full or causal), handed to `apply`.
@@ -265,7 +277,7 @@ auto with_attention_block(const StackShape<T>& s, const W& w, Apply apply) {
   if (s.causal)
     return apply(causal_attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
                                            s.attention_gradient, s.rotary, {w.q_bias, w.k_bias, w.v_bias, w.o_bias},
-                                           s.attention_dropout));
+                                           s.attention_dropout, s.logit_scale));
   return apply(make_attention_block(s, w));
 }
 
@@ -274,7 +286,8 @@ template <class Activation, class T, class W, class Apply>
 auto with_ffn_block(const StackShape<T>& s, const W& w, Apply apply) {
   if (s.gated)
     return apply(glu_ffn_block<Activation>(s.d, s.hidden, T(w.ffn1), T(w.ffn_gate), T(w.ffn2), s.dropout,
-                                           T(w.ffn1_bias), T(w.ffn_gate_bias), T(w.ffn2_bias), s.ffn_dropout));
+                                           T(w.ffn1_bias), T(w.ffn_gate_bias), T(w.ffn2_bias), s.ffn_dropout,
+                                           activation_of<Activation>(s)));
   return apply(make_ffn_block<Activation>(s, w));
 }
 

@@ -36,7 +36,8 @@ inline BasicTraceRow<Batch> batch_row(std::size_t layer, Eigen::Index lanes) {
 inline bool same_structure(const ModelConfig& a, const ModelConfig& b) {
   return a.arch == b.arch && a.activation == b.activation && a.layers == b.layers &&
          a.final_layernorm == b.final_layernorm && a.attention_gradient == b.attention_gradient &&
-         a.norm == b.norm && a.causal == b.causal && a.gated_ffn == b.gated_ffn && a.rotary_base == b.rotary_base;
+         a.norm == b.norm && a.causal == b.causal && a.gated_ffn == b.gated_ffn && a.rotary_base == b.rotary_base &&
+         a.logit_scale == b.logit_scale;
 }
 
 }  // namespace detail
@@ -68,7 +69,7 @@ SIGPROP_DECL BatchTrace trace_batch(const std::vector<ModelConfig>& configs, con
     if (!detail::same_structure(c, first))
       detail::raise_domain(fn, "configs[" + std::to_string(i) +
                                    "].arch, activation, layers, final_layernorm, attention_gradient, norm, causal, "
-                                   "gated_ffn or rotary_base differs from configs[0]'s: a batch shares its structure");
+                                   "gated_ffn, rotary_base or logit_scale differs from configs[0]'s: a batch shares its structure");
     if (weights[i].layers.size() != c.layers)
       detail::raise_domain(fn, "weights[" + std::to_string(i) + "].layers.size()",
                            std::to_string(weights[i].layers.size()), "{layers = " + std::to_string(c.layers) + "}");
@@ -89,6 +90,7 @@ SIGPROP_DECL BatchTrace trace_batch(const std::vector<ModelConfig>& configs, con
   s.causal = shared.causal;
   s.gated = shared.gated;
   s.rotary = shared.rotary;
+  s.logit_scale = shared.logit_scale;
   s.layers = N;
   std::vector<BatchLayerWeights<BatchChunk>> layers(N);
   Moments<BatchChunk> input;

@@ -36,13 +36,16 @@ struct AttentionTrial {
 /// One forward and backward pass: x is L x d_in, g is L x d_k, mask is the
 /// L x L inverted-dropout mask (empty for p = 0); `causal`: query i attends
 /// to keys 1..i only (the scores above the diagonal are -inf); `rotary`:
-/// queries and keys turned by ops::rotate_pairs (and back in the backward).
+/// queries and keys turned by ops::rotate_pairs (and back in the backward);
+/// `logit_scale`: the scores divided by sqrt(d_k) or by d_k.
 inline AttentionTrial attention_trial(const Eigen::MatrixXd& x, const Eigen::MatrixXd& wq,
                                       const Eigen::MatrixXd& wk, const Eigen::MatrixXd& wv,
                                       const Eigen::MatrixXd& mask, const Eigen::MatrixXd& g, bool causal = false,
-                                      RotaryEmbedding rotary = {}, const ops::HeadBiases& bias = {}) {
+                                      RotaryEmbedding rotary = {}, const ops::HeadBiases& bias = {},
+                                      LogitScale logit_scale = LogitScale::inv_sqrt_dk) {
   AttentionTrial t;
-  const ops::AttentionCache c = ops::attention_head_forward(x, wq, wk, wv, mask, t.out, causal, rotary.base, bias);
+  const ops::AttentionCache c = ops::attention_head_forward(x, wq, wk, wv, mask, t.out, causal, rotary.base, bias,
+                                                            logit_scale == LogitScale::inv_dk ? 1.0 : 0.5);
   const ops::HeadGrads d = ops::attention_head_grads(c, g);
   t.grad_value_path = d.v * wv.transpose();
   t.grad_softmax_path = d.q * wq.transpose() + d.k * wk.transpose();
@@ -56,6 +59,7 @@ struct HeadDraw {
   Eigen::MatrixXd x, wq, wk, wv, mask;
   RotaryEmbedding rotary;  // the layer's
   ops::HeadBiases bias;    // drawn after the mask, only where the layer has them
+  LogitScale logit_scale = LogitScale::inv_sqrt_dk;  // the layer's
 };
 
 inline HeadDraw draw_head(const Attention<double>& layer, const Moments<double>& in, Random& rng) {
@@ -72,12 +76,13 @@ inline HeadDraw draw_head(const Attention<double>& layer, const Moments<double>&
   h.bias.q = bias(layer.q_bias());
   h.bias.k = bias(layer.k_bias());
   h.bias.v = bias(layer.v_bias());
+  h.logit_scale = layer.logit_scale();
   return h;
 }
 
 /// attention_trial on a drawn head.
 inline AttentionTrial attention_trial(const HeadDraw& h, const Eigen::MatrixXd& g, bool causal = false) {
-  return attention_trial(h.x, h.wq, h.wk, h.wv, h.mask, g, causal, h.rotary, h.bias);
+  return attention_trial(h.x, h.wq, h.wk, h.wv, h.mask, g, causal, h.rotary, h.bias, h.logit_scale);
 }
 
 inline AttentionSimulationResult simulate_paths(const Attention<double>& layer,

@@ -1,6 +1,6 @@
 // sigprop/montecarlo/components/gelu.hpp -- the empirical twin of
-// sigprop::Gelu: real x Phi(x) (erf form) and real backprop
-// g .* (Phi(x) + x phi(x)).
+// sigprop::Gelu: real x Phi(x) (erf form) or its tanh approximation (tanh
+// form, as GPT-2 computes it) and real backprop g .* GeLU'(x).
 #pragma once
 
 #include "sigprop/components/gelu.hpp"
@@ -9,12 +9,12 @@
 
 namespace sigprop::montecarlo {
 
-inline SimulationResult simulate(const Gelu<double>&, const Moments<double>& in,
+inline SimulationResult simulate(const Gelu<double>& layer, const Moments<double>& in,
                                  const GradMoments<double>& grad, const SimulationSetup& setup) {
+  const ops::Activation a = layer.form() == GeluForm::tanh ? ops::Activation::gelu_tanh : ops::Activation::gelu;
   return simulate_elementwise(
-      "sigprop::montecarlo::simulate(Gelu)",
-      [](double x) { return ops::activation_value(ops::Activation::gelu, x); },
-      [](double x) { return ops::activation_derivative(ops::Activation::gelu, x); }, in, grad, setup);
+      "sigprop::montecarlo::simulate(Gelu)", [a](double x) { return ops::activation_value(a, x); },
+      [a](double x) { return ops::activation_derivative(a, x); }, in, grad, setup);
 }
 
 /// Table 21 grid (mean 0; see validate_elementwise).

@@ -93,6 +93,7 @@ inline ops::Activation to_op(FfnActivation a) {
   switch (a) {
     case FfnActivation::relu: return ops::Activation::relu;
     case FfnActivation::gelu: return ops::Activation::gelu;
+    case FfnActivation::gelu_tanh: return ops::Activation::gelu_tanh;
     case FfnActivation::silu: break;
   }
   return ops::Activation::silu;
@@ -117,7 +118,7 @@ inline ops::Matrix attention_branch(const ModelConfig& c, const LayerParams& p, 
     ops::Matrix out;
     cache.heads.push_back(
         ops::attention_head_forward(h, p.wq[i], p.wk[i], p.wv[i], c.attention_p(), rng, out, c.causal,
-                                    c.rotary_base, p.heads[i]));
+                                    c.rotary_base, p.heads[i], c.logit_scale == LogitScale::inv_dk ? 1.0 : 0.5));
     cache.concat.middleCols(static_cast<Eigen::Index>(i) * dk, dk) = out;
   }
   return output_dropout(c, ops::affine(cache.concat, p.wo, p.bo), cache, rng);
