@@ -112,8 +112,7 @@ def _probe_activation(function, where):
     except Exception as e:  # noqa: BLE001 - any failure: the module is not understood
         raise _error("describe", f"{where}: the activation {function!r} could not be evaluated ({e})") from e
     tanh_gelu = 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-    gelu_tanh = "gelu_tanh" if hasattr(_sp.Activation, "gelu_tanh") else "gelu"
-    known = [("relu", torch.relu(x)), ("gelu", nn.functional.gelu(x)), (gelu_tanh, tanh_gelu),
+    known = [("relu", torch.relu(x)), ("gelu", nn.functional.gelu(x)), ("gelu_tanh", tanh_gelu),
              ("silu", nn.functional.silu(x))]
     for name, reference in known:
         if torch.allclose(y, reference, atol=1e-6, rtol=1e-6):

@@ -22,9 +22,6 @@
 
 #include "cli/args.hpp"
 #include "cli/run.hpp"
-#include "sigprop/components/dropout.hpp"
-#include "sigprop/components/embedding.hpp"
-#include "sigprop/components/layernorm.hpp"
 #include "sigprop/io/hf_config.hpp"
 #include "sigprop/models/measures.hpp"
 #include "sigprop/models/positions.hpp"
@@ -155,7 +152,7 @@ void enum_field(ConfigClass& cls, const std::string& name, const py::object& typ
 #define SIGPROP_REF(expr) [](PyModelConfig & c) -> auto& { return expr; }
 
 void bind_config_fields(ConfigClass& cls, const py::object& activation, const py::object& norm,
-                        const py::object& gradient) {
+                        const py::object& gradient, const py::object& logit_scale) {
   // arch: the architecture, or a preset applied to the current sizes
   // (models/config.hpp, with_architecture).
   add_field(
@@ -202,6 +199,8 @@ void bind_config_fields(ConfigClass& cls, const py::object& activation, const py
   enum_field<AttentionGradient>(cls, "attention_gradient", gradient, SIGPROP_REF(c.config.attention_gradient),
                                 "all_paths or value_path_only (the paper's B.8)");
   enum_field<Norm>(cls, "norm", norm, SIGPROP_REF(c.config.norm), "layernorm or rmsnorm");
+  enum_field<LogitScale>(cls, "logit_scale", logit_scale, SIGPROP_REF(c.config.logit_scale),
+                         "attention logits over sqrt(d_k) (inv_sqrt_dk) or d_k (inv_dk, muP)");
   flag_field(cls, "causal", SIGPROP_REF(c.config.causal), "causal attention mask");
   flag_field(cls, "gated_ffn", SIGPROP_REF(c.config.gated_ffn), "gated FFN act(x W1) * (x V)");
   number_field(cls, "rotary_base", SIGPROP_REF(c.config.rotary_base), "rotary position embeddings' base (0: none)");
@@ -262,6 +261,7 @@ py::object hf_dict(const PyModelConfig& c) {
   d["activation"] = h.activation;
   d["norm_eps"] = h.norm_eps;
   d["initializer_range"] = h.initializer_range;
+  d["scheme"] = to_string(h.scheme);
   d["max_positions"] = h.max_positions;
   d["type_vocab_size"] = h.type_vocab_size;
   d["hidden_dropout"] = h.hidden_dropout;
@@ -464,9 +464,11 @@ PYBIND11_MODULE(_sigprop, m) {
   py::enum_<AttentionGradient> gradient(m, "AttentionGradient");
   gradient.value("all_paths", AttentionGradient::all_paths)
       .value("value_path_only", AttentionGradient::value_path_only);
+  py::enum_<LogitScale> logit_scale(m, "LogitScale");
+  logit_scale.value("inv_sqrt_dk", LogitScale::inv_sqrt_dk).value("inv_dk", LogitScale::inv_dk);
 
   ConfigClass config(m, "ModelConfig", "A transformer's shape and embedding (models/config.hpp; docs/python.md)");
-  bind_config_fields(config, activation, norm, gradient);
+  bind_config_fields(config, activation, norm, gradient, logit_scale);
   config.def(py::init([](const py::kwargs& kwargs) { return make_config(kwargs); }))
       .def("validate", &check_config)
       .def("to_dict", &config_dict)
@@ -565,36 +567,18 @@ PYBIND11_MODULE(_sigprop, m) {
         }
         return trace_result(t);
       },
-      py::arg("config"), py::arg("weights"), py::arg("grad"), py::arg("position_gradients") = false);
+      py::arg("config"), py::arg("weights"), py::arg("grad"), py::arg("position_gradients") = true);
 
-  // The model input of an embedding whose tables have their own variances:
-  // Embedding (components/embedding.hpp; the tables of config's InputSpec),
-  // then Dropout(p), then, with embedding_layernorm, the norm
-  // (schemes.ipp's embedding_output with one variance per table).
+  // The model input of an embedding whose tables have their own variances
+  // (models/schemes.hpp embedding_moments): the embedding's output and the
+  // input after the embedding LayerNorm, if any.
   m.def(
       "embedding_input",
       [](const PyModelConfig& c, double token_var, double position_var, double segment_var, double scale) {
-        constexpr const char* fn = "sigprop.embedding_input";
         check_config(c);
-        require_positive(fn, "embedding_scale", scale);
-        for (const auto& [name, v] : {std::pair{"token_var", token_var}, std::pair{"position_var", position_var},
-                                      std::pair{"segment_var", segment_var}})
-          require_variance(fn, name, v);
-        EmbeddingConfig<double> e;
-        e.vocab = c.input.vocab;
-        e.seq_len = static_cast<double>(c.config.seq_len);
-        e.token = c.input.token;
-        e.position = c.input.position;
-        e.segment = c.input.segment;
-        e.token_var = scale * scale * token_var;
-        e.position_var = scale * scale * position_var;
-        e.segment_var = scale * scale * segment_var;
-        const Moments<double> out = Dropout<double>(c.config.dropout).forward(Embedding<double>(e).forward({}));
-        const Moments<double> input =
-            c.input.embedding_layernorm
-                ? LayerNorm<double>(static_cast<double>(c.config.d), c.config.ln_gain, c.config.ln_bias).forward(out)
-                : out;
-        return py::make_tuple(out, input);
+        const EmbeddingMoments e =
+            embedding_moments(c.config, c.input, TableVariances{token_var, position_var, segment_var}, scale);
+        return py::make_tuple(e.output, e.input);
       },
       py::arg("config"), py::arg("token_var"), py::arg("position_var"), py::arg("segment_var"), py::arg("scale") = 1.0);
 
