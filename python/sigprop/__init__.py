@@ -3,7 +3,7 @@
 Bindings of the C++ library (docs/python.md): every number comes from the
 C++ code (the compiled model layer and the command-line tool's components
 and sweep); this package only converts arguments and arranges results as
-numpy arrays and pandas DataFrames. Bad input raises ValueError (TypeError
+numpy arrays and pandas DataFrames, and draws them (plot, with matplotlib). Bad input raises ValueError (TypeError
 for a wrong type) with the C++ message.
 """
 
@@ -25,13 +25,15 @@ from ._sigprop import (
     Moments,
     Norm,
 )
+from .plot import plot
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Activation", "AttentionGradient", "LogitScale", "BatchTrace", "Component", "GradMoments", "LayerWeights",
     "ModelConfig", "ModelWeights", "Moments", "Norm", "PositionTrace", "Trace", "components",
-    "default_scheme", "embedding_input", "from_hf_config", "initialize", "schemes", "sweep", "trace", "trace_batch",
+    "default_scheme", "embedding_input", "from_hf_config", "initialize", "plot", "schemes", "sweep", "trace",
+    "trace_batch",
     "trace_position_gradients", "trace_positions",
 ]
 
