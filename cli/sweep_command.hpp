@@ -237,12 +237,12 @@ inline SweepGrid parse_sweep(const Args& a) {
   return {std::move(points), bounds, format, jobs};
 }
 
-/// sweep() on `jobs` threads: thread j takes the points j, j + jobs, ...
-/// (so each gets a share of every structure), each batched as sweep()
-/// batches them. A point's summary does not depend on the others, so the
-/// rows are those of one thread; an invalid point is reported by the
-/// serial sweep, which names it by its index in `points`.
-inline std::vector<SweepSummary> sweep_on_threads(const std::vector<SweepPoint>& points, const SweepBounds& bounds,
+// Thread j takes the points j, j + jobs, ... (so each gets a share of every
+// structure), each batched as sweep() batches them. A point's summary does
+// not depend on the others, so the rows are those of one thread; an invalid
+// point is reported by the serial sweep, which names it by its index in
+// `points`. (Declared in run.hpp; this header is compiled once, in run.cpp.)
+std::vector<SweepSummary> sweep_on_threads(const std::vector<SweepPoint>& points, const SweepBounds& bounds,
                                                   std::size_t jobs) {
   jobs = std::min(jobs, points.size());
   if (jobs <= 1) return sweep(points, bounds);

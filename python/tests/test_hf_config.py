@@ -92,7 +92,8 @@ def test_default_scheme_is_the_models_own(hf_configs, name, scheme):
     own, named = sigprop.trace(c), sigprop.trace(c, scheme)
     assert list(own.var) == list(named.var) and list(own.grad_var) == list(named.grad_var)
     # Not xavier's trace: the default really is another initialization.
-    assert list(own.var) != list(sigprop.trace(c, "xavier").var)
+    xavier = sigprop.trace(c, "xavier")
+    assert list(own.grad_var) != list(xavier.grad_var) and list(own.corr_len) != list(xavier.corr_len)
     assert sigprop.default_scheme(sigprop.ModelConfig()) == "xavier"
 
 
