@@ -136,6 +136,7 @@ class _Reader:
         self.norms = []  # (module name, module, has bias)
         self.unsupported = []
         self.read_parameters = set()
+        self.ffn_width = None  # the first layer's, which every layer must have
         self._check_names(patterns)
 
     def _check_names(self, patterns):
@@ -190,6 +191,24 @@ class _Reader:
         bv = self.add(module_name, "bias" + suffix, layer, field + "_bias", b[rows],
                       ("bias", 0, rows.start, rows.stop)) if b is not None else 0.0
         return wv, bv, in_features, step
+
+    def into(self, w, module_name, layer, field, **shape):
+        """linear() of `module_name` as `field` (and its bias) of the layer's
+        weights `w`; returns its output width."""
+        w[field], w[field + "_bias"], _, d_out = self.linear(module_name, layer, field, **shape)
+        return d_out
+
+    def block_maps(self, w, layer, d, o, ffn1, ffn2, gate=None):
+        """The output projection and the FFN maps (W1, the gated V, W2) of
+        `layer` into `w`; the FFN width must be the first layer's."""
+        self.into(w, o, layer, "o", d_in=d, d_out=d)
+        hidden = self.into(w, ffn1, layer, "ffn1", d_in=d)
+        if gate is not None:
+            self.into(w, gate, layer, "ffn_gate", d_in=d, d_out=hidden)
+        self.into(w, ffn2, layer, "ffn2", d_in=hidden, d_out=d)
+        if self.ffn_width is not None and hidden != self.ffn_width:
+            raise _error("describe", f"{ffn1}: width {hidden}, layer 0's is {self.ffn_width}: sigprop needs one FFN width")
+        self.ffn_width = hidden
 
     def fused(self, module_name, weight, bias, layer, d):
         """PyTorch's MultiheadAttention in_proj (3d x d, Q/K/V stacked)."""
@@ -489,7 +508,6 @@ def _read_gpt2(model, seq_len, causal, input_moments):
     layers, rows = [], [(0, "input", "wte", ("input", "h.0"))]
     resid = attn_p = None
     activation = None
-    inner = None
     for n in range(N):
         h = f"h.{n}"
         attn = r.module(f"{h}.attn")
@@ -499,13 +517,8 @@ def _read_gpt2(model, seq_len, causal, input_moments):
                                   "(scale_attn_weights False); sigprop assumes the scaling")
         w = {}
         for part, f in enumerate("qkv"):
-            w[f], w[f + "_bias"], _, _ = r.linear(f"{h}.attn.c_attn", n, f, d_in=d, d_out=d, part=part, parts=3)
-        w["o"], w["o_bias"], _, _ = r.linear(f"{h}.attn.c_proj", n, "o", d_in=d, d_out=d)
-        w["ffn1"], w["ffn1_bias"], _, hidden = r.linear(f"{h}.mlp.c_fc", n, "ffn1", d_in=d)
-        w["ffn2"], w["ffn2_bias"], _, _ = r.linear(f"{h}.mlp.c_proj", n, "ffn2", d_in=hidden, d_out=d)
-        if inner is not None and hidden != inner:
-            raise _error("describe", f"{h}.mlp.c_fc: width {hidden}, layer 0's is {inner}: sigprop needs one FFN width")
-        inner = hidden
+            r.into(w, f"{h}.attn.c_attn", n, f, d_in=d, d_out=d, part=part, parts=3)
+        r.block_maps(w, n, d, f"{h}.attn.c_proj", f"{h}.mlp.c_fc", f"{h}.mlp.c_proj")
         act = _probe_activation(r.module(f"{h}.mlp.act"), f"{h}.mlp.act")
         if activation is not None and act != activation:
             raise _error("describe", f"{h}.mlp.act: {act}, layer 0's is {activation}")
@@ -530,7 +543,7 @@ def _read_gpt2(model, seq_len, causal, input_moments):
         r.unsupported_finding("drop", f"drop: embedding dropout p = {p_embd} differs from the residual dropout "
                               f"{resid}; sigprop has one rate for both")
     L = _seq_len(seq_len, positions, f"wpe has {positions} rows")
-    kwargs = dict(arch="gpt2", layers=N, d=d, heads=heads, ffn_width=inner, activation=activation, seq_len=L,
+    kwargs = dict(arch="gpt2", layers=N, d=d, heads=heads, ffn_width=r.ffn_width, activation=activation, seq_len=L,
                   dropout=resid, attention_dropout=attn_p, vocab=vocab, token_table=True, position_table=True,
                   segment_table=False, initializer_range=_initializer_range(model))
     return _finish(r, model, kwargs, layers, {"token": token_var, "position": position_var}, rows,
@@ -552,7 +565,7 @@ def _read_llama(model, seq_len, causal, input_moments):
     token_var, vocab = r.table("embed_tokens", "token")
     d = r.module("embed_tokens").weight.shape[1]
     layers, rows = [], [(0, "input", "embed_tokens", ("input", "layers.0"))]
-    inner = activation = heads = kv_heads = base = None
+    activation = heads = kv_heads = base = None
     attn_p = 0.0
     for n in range(N):
         h = f"layers.{n}"
@@ -561,17 +574,12 @@ def _read_llama(model, seq_len, causal, input_moments):
         kv_heads = getattr(attn, "num_key_value_heads", heads)
         dk = d // heads
         w = {}
-        w["q"], w["q_bias"], _, _ = r.linear(f"{h}.self_attn.q_proj", n, "q", d_in=d, d_out=d)
-        w["k"], w["k_bias"], _, _ = r.linear(f"{h}.self_attn.k_proj", n, "k", d_in=d, d_out=kv_heads * dk)
-        w["v"], w["v_bias"], _, _ = r.linear(f"{h}.self_attn.v_proj", n, "v", d_in=d, d_out=kv_heads * dk)
-        w["o"], w["o_bias"], _, _ = r.linear(f"{h}.self_attn.o_proj", n, "o", d_in=d, d_out=d)
+        r.into(w, f"{h}.self_attn.q_proj", n, "q", d_in=d, d_out=d)
+        r.into(w, f"{h}.self_attn.k_proj", n, "k", d_in=d, d_out=kv_heads * dk)
+        r.into(w, f"{h}.self_attn.v_proj", n, "v", d_in=d, d_out=kv_heads * dk)
         # sigprop's gated FFN act(x W1) * (x V): W1 the gate (activated), V the up projection.
-        w["ffn1"], w["ffn1_bias"], _, hidden = r.linear(f"{h}.mlp.gate_proj", n, "ffn1", d_in=d)
-        w["ffn_gate"], w["ffn_gate_bias"], _, _ = r.linear(f"{h}.mlp.up_proj", n, "ffn_gate", d_in=d, d_out=hidden)
-        w["ffn2"], w["ffn2_bias"], _, _ = r.linear(f"{h}.mlp.down_proj", n, "ffn2", d_in=hidden, d_out=d)
-        if inner is not None and hidden != inner:
-            raise _error("describe", f"{h}.mlp.gate_proj: width {hidden}, layer 0's is {inner}")
-        inner = hidden
+        r.block_maps(w, n, d, f"{h}.self_attn.o_proj", f"{h}.mlp.gate_proj", f"{h}.mlp.down_proj",
+                     gate=f"{h}.mlp.up_proj")
         activation = _probe_activation(r.module(f"{h}.mlp.act_fn"), f"{h}.mlp.act_fn")
         rotary = r.modules.get(f"{h}.self_attn.rotary_emb") or r.modules.get("rotary_emb")
         base = getattr(rotary, "base", None) or getattr(attn, "rope_theta", None)
@@ -586,7 +594,7 @@ def _read_llama(model, seq_len, causal, input_moments):
     r.norm("norm", rms=True)
     positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     L = _seq_len(seq_len, positions, f"max_position_embeddings = {positions}")
-    kwargs = dict(arch="llama", layers=N, d=d, heads=heads, kv_heads=kv_heads, ffn_width=inner, activation=activation,
+    kwargs = dict(arch="llama", layers=N, d=d, heads=heads, kv_heads=kv_heads, ffn_width=r.ffn_width, activation=activation,
                   seq_len=L, dropout=0.0, attention_dropout=attn_p, rotary_base=float(base), vocab=vocab,
                   token_table=True, position_table=False, segment_table=False,
                   initializer_range=_initializer_range(model))
@@ -614,20 +622,15 @@ def _read_bert(model, seq_len, causal, input_moments):
         r.unsupported_finding("embeddings.dropout", "embeddings.dropout: BERT drops out after the embedding "
                               "LayerNorm, sigprop before it; measure in eval mode or with hidden dropout 0")
     layers, rows = [], [(0, "input", "embeddings", ("input", "encoder.layer.0"))]
-    inner = activation = heads = None
+    activation = heads = None
     attn_p = 0.0
     for n in range(N):
         h = f"encoder.layer.{n}"
         heads = _heads_of(r.module(f"{h}.attention.self"), f"{h}.attention.self", ("num_attention_heads",), "BERT")
         w = {}
         for f, name in zip("qkv", ("query", "key", "value")):
-            w[f], w[f + "_bias"], _, _ = r.linear(f"{h}.attention.self.{name}", n, f, d_in=d, d_out=d)
-        w["o"], w["o_bias"], _, _ = r.linear(f"{h}.attention.output.dense", n, "o", d_in=d, d_out=d)
-        w["ffn1"], w["ffn1_bias"], _, hidden = r.linear(f"{h}.intermediate.dense", n, "ffn1", d_in=d)
-        w["ffn2"], w["ffn2_bias"], _, _ = r.linear(f"{h}.output.dense", n, "ffn2", d_in=hidden, d_out=d)
-        if inner is not None and hidden != inner:
-            raise _error("describe", f"{h}.intermediate.dense: width {hidden}, layer 0's is {inner}")
-        inner = hidden
+            r.into(w, f"{h}.attention.self.{name}", n, f, d_in=d, d_out=d)
+        r.block_maps(w, n, d, f"{h}.attention.output.dense", f"{h}.intermediate.dense", f"{h}.output.dense")
         activation = _probe_activation(r.module(f"{h}.intermediate.intermediate_act_fn"),
                                        f"{h}.intermediate.intermediate_act_fn")
         r.norm(f"{h}.attention.output.LayerNorm")
@@ -643,7 +646,7 @@ def _read_bert(model, seq_len, causal, input_moments):
                  (n + 1, "block", f"{h}.output", ("output", h))]
     r.ignore("pooler")
     L = _seq_len(seq_len, positions, f"position_embeddings has {positions} rows")
-    kwargs = dict(arch="post-ln", layers=N, d=d, heads=heads, ffn_width=inner, activation=activation, seq_len=L,
+    kwargs = dict(arch="post-ln", layers=N, d=d, heads=heads, ffn_width=r.ffn_width, activation=activation, seq_len=L,
                   dropout=hidden_p, attention_dropout=attn_p, vocab=vocab, token_table=True, position_table=True,
                   segment_table=segments, embedding_layernorm=True, initializer_range=_initializer_range(model))
     return _finish(r, model, kwargs, layers, tables, rows, _call_ids, _token_sampler(vocab, segments), causal=False)
@@ -663,7 +666,7 @@ def _read_encoder(model, seq_len, causal, input_moments):
     norm_first = bool(getattr(first, "norm_first", False))
     training = model.training
     layers, rows = [], [(0, "input", "", ("input", names[0] if names[0] else ""))]
-    inner = activation = heads = None
+    activation = heads = None
     rates = None
     for n, h in enumerate(names):
         layer = r.module(h)
@@ -675,12 +678,7 @@ def _read_encoder(model, seq_len, causal, input_moments):
             raise _error("describe", f"{p}self_attn: separate q/k/v projection weights (kdim/vdim) are not supported")
         heads = attn.num_heads
         w = r.fused(f"{p}self_attn", "in_proj_weight", "in_proj_bias", n, d)
-        w["o"], w["o_bias"], _, _ = r.linear(f"{p}self_attn.out_proj", n, "o", d_in=d, d_out=d)
-        w["ffn1"], w["ffn1_bias"], _, hidden = r.linear(f"{p}linear1", n, "ffn1", d_in=d)
-        w["ffn2"], w["ffn2_bias"], _, _ = r.linear(f"{p}linear2", n, "ffn2", d_in=hidden, d_out=d)
-        if inner is not None and hidden != inner:
-            raise _error("describe", f"{p}linear1: width {hidden}, layer 0's is {inner}")
-        inner = hidden
+        r.block_maps(w, n, d, f"{p}self_attn.out_proj", f"{p}linear1", f"{p}linear2")
         activation = _probe_activation(layer.activation, f"{p}activation")
         r.norm(f"{p}norm1")
         r.norm(f"{p}norm2")
@@ -709,7 +707,7 @@ def _read_encoder(model, seq_len, causal, input_moments):
                      "the valid range: a Gaussian input needs corr_len in [0, 1] and var > 0")
     causal = bool(causal)
     L = _seq_len(seq_len, None, "")
-    kwargs = dict(arch="pre-ln" if norm_first else "post-ln", layers=N, d=d, heads=heads, ffn_width=inner,
+    kwargs = dict(arch="pre-ln" if norm_first else "post-ln", layers=N, d=d, heads=heads, ffn_width=r.ffn_width,
                   activation=activation, seq_len=L, dropout=rates[1], attention_dropout=rates[0],
                   ffn_dropout=rates[3], final_layernorm=bool(final and norm_first), causal=causal)
 

@@ -387,15 +387,22 @@ class BertSelfAttention(nn.Module):
         return (context.view(context.size()[:-2] + (self.all_head_size,)),)
 
 
-class BertSelfOutput(nn.Module):
-    def __init__(self, config):
+class _BertAddNorm(nn.Module):
+    """LayerNorm(dropout(dense(h)) + residual): BERT's sublayer outputs."""
+
+    def __init__(self, config, width):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(width, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden_states, input_tensor):
         return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+
+
+class BertSelfOutput(_BertAddNorm):
+    def __init__(self, config):
+        super().__init__(config, config.hidden_size)
 
 
 class BertAttention(nn.Module):
@@ -418,15 +425,9 @@ class BertIntermediate(nn.Module):
         return self.intermediate_act_fn(self.dense(hidden_states))
 
 
-class BertOutput(nn.Module):
+class BertOutput(_BertAddNorm):
     def __init__(self, config):
-        super().__init__()
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, hidden_states, input_tensor):
-        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+        super().__init__(config, config.intermediate_size)
 
 
 class BertLayer(nn.Module):
