@@ -3,6 +3,7 @@
 // checks against real attention with real backpropagation.
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "support.hpp"
@@ -105,10 +106,21 @@ TEST_CASE("Attention: closed form at a hand-computed point", "[attention]") {
   CHECK(v.corr_len == Approx(v_cov / v_var).epsilon(1e-13));
   const auto s = layer.softmax_path(in, {3.0, 0.4});
   CHECK(s.var > 0);
-  // The backward adds the two paths' variances and covariances.
+  // The backward adds the two paths' variances and covariances and twice
+  // the value path's covariance with the key path, Cov_VK = d_k v_var g2
+  // sigma^2 (own + r_g pairs)/d_in, own = J + (C - 1 + S2 + O)/3 + p/(1 - p) O/2,
+  // pairs = (L - 1) X (rho e - 2 (<P>_pair - S2)), -Cov_VK/(L - 1) across
+  // two positions.
+  const double S2 = a.weight_sq / L, X = a.weight_cross / L;
+  const double favoured = (1 - a.weight_jacobian / a.weight_sq + S2) / 2;
+  const double pair_favoured = S2 + rho * (favoured - S2), centring = 1 - 2 * pair_favoured + X;
+  const double own = a.weight_jacobian / L + (a.tilt_cross - 1 + S2 + a.tilt_own) / 3 + 0.1 / 0.9 * a.tilt_own / 2;
+  const double pairs = (L - 1) * X * (rho * centring - 2 * (pair_favoured - S2));
+  const double cross = 32 * 0.02 * 3.0 * 0.7875 * (own + 0.4 * pairs) / 100;
+  CHECK(cross > 0);
   const auto g = layer.backward(in, {3.0, 0.4});
-  CHECK(g.var == Approx(v.var + s.var).epsilon(1e-14));
-  CHECK(g.cov_len() == Approx(v.cov_len() + s.cov_len()).epsilon(1e-13));
+  CHECK(g.var == Approx(v.var + s.var + 2 * cross).epsilon(1e-13));
+  CHECK(g.cov_len() == Approx(v.cov_len() + s.cov_len() - 2 * cross / (L - 1)).epsilon(1e-12));
   // Rows of fixed norm (norm_var_ratio 0): nu_pos = 2 rho/(1 + rho), the
   // scores' kurtosis 6 (nu_pos - 1)/(d_in + 1) moves G and J by e^{kappa D},
   // the query-norm fluctuation loses the row norm's 1/d_in (c - 1/d_in), and
@@ -870,6 +882,47 @@ TEST_CASE("Attention: the two-query weight F_cov against simulation", "[attentio
       check_within("F_cov", measured, a.weight_cross, 5, 0.015 * a.weight_cross);
       if (r == 0 && !fixed_norm) CHECK(outside(measured, std::exp(a.width_term / 2), 10));
     }
+  }
+}
+
+TEST_CASE("Attention: the value path's covariance with the key path against simulation",
+          "[attention][montecarlo][cross]") {
+  // Cov(value path, key path) at one position per unit of the input,
+  // measured from the head's real backpropagation split by path (d_in = 128,
+  // d_k = 32, L = 128, Xavier, rows of fixed norm; 1000 trials), against
+  // the form (docs/components/attention.md, "Value-key cross term"), which
+  // backward() adds twice: (backward - value_path - softmax_path)/2. Within
+  // 4 standard errors plus 10 % (the pair term's own sums taken as products
+  // of the weights' sums), and the measurement at least 5 standard errors
+  // from 0, the value the paths were added with before.
+  const Eigen::Index d_in = 128, d_k = 32, L = 128;
+  const double w = 2.0 / static_cast<double>(d_in + d_k);
+  std::uint64_t seed = 38;
+  for (const auto& [r, r_g, p] : {std::tuple{0.0, 0.0, 0.0}, std::tuple{0.85, 0.0, 0.1}, std::tuple{0.6, 0.1, 0.0}}) {
+    const Attention<double> layer(d_in, d_k, L, w, w, w, p);
+    Moments<double> in{0, 1, r, 0};
+    in.norm_var_ratio = 0;
+    const GradMoments<double> g{1, r_g};
+    const double predicted =
+        (layer.backward(in, g).var - layer.value_path(in, g).var - layer.softmax_path(in, g).var) / 2;
+    mc::Random rng(seed++);
+    std::vector<double> samples;
+    for (int trial = 0; trial < 1000; ++trial) {
+      const Eigen::MatrixXd wq = rng.weight_matrix(d_in, d_k, w, false), wk = rng.weight_matrix(d_in, d_k, w, false),
+                            wv = rng.weight_matrix(d_in, d_k, w, false);
+      const Eigen::MatrixXd x = mc::ops::layernorm_forward(mc::sample_activations(L, d_in, Moments<double>{0, 1, r, 0}, rng)).y;
+      Eigen::MatrixXd out;
+      const auto cache = mc::ops::attention_head_forward(x, wq, wk, wv, p, rng, out);
+      const auto grads = mc::ops::attention_head_grads(cache, mc::sample_gradient(L, d_k, g, rng));
+      const Eigen::MatrixXd value = grads.v * wv.transpose(), key = grads.k * wk.transpose();
+      samples.push_back(value.cwiseProduct(key).sum() / static_cast<double>(L * d_in));
+    }
+    const auto measured = mc::detail::mean_estimate(samples);
+    std::printf("Cov(value path, key path), r = %.2f, r_g = %.1f, p = %.1f: measured %.4g +- %.2g, predicted %.4g\n", r,
+                r_g, p, measured.value, measured.std_error, predicted);
+    INFO("r " << r << ", r_g " << r_g << ", p " << p);
+    check_within("Cov(value, key)", measured, predicted, 4, 0.1 * predicted);
+    CHECK(outside(measured, 0, 5));
   }
 }
 

@@ -47,7 +47,13 @@
 //   common_eff = common + (pos_var^3 + 2 pos_var^2 common + 2 pos_var common^2) t (1 + (d_in + 1)/d_k),
 //   e = 1 - 2 (S2 + rho (<P> - S2)) + F_cov/L   (the pair's centring, S2 = F_var/L,
 //       <P> = (1 - F_jac/F_var + S2)/2 the weight of the key a query favours).
-// The paths are uncorrelated to this order: backward() adds them. Rotary
+// backward() adds the paths and twice the value path's covariance with the
+// key path (the query path's vanishes), by Stein's lemma over the keys:
+//   Cov_VK  = d_k v_var g^2 sigma^2 (own + r_g pairs) / d_in,   Cov_len: -Cov_VK/(L - 1)
+//   own     = J + (C - 1 + S2 + O)/3 + p/(1 - p) O/2,            J = F_jac/L
+//   pairs   = (L - 1) F_cov/L (rho e - 2 (<P>_pair - S2)),        <P>_pair = (1 + F_cov/L - e)/2
+// (full attention without rotary embeddings; not derived for the causal
+// mask's per-key sums nor with rotary embeddings, left out there). Rotary
 // embeddings keep the share f_L of the coordinate pairs where all of this
 // holds (detail/rotary.hpp). Exact for any L at q_var k_var = 0 or r = 1;
 // good while sigma^2 is moderate (up to ~2 at L = 300), which domain() reports.
@@ -89,6 +95,8 @@ namespace detail {
 /// No mask: every query attends to all L keys.
 struct FullMask {
   static constexpr const char* name = "sigprop::Attention";
+  /// backward() adds the value path's covariance with the key path (Cov_VK).
+  static constexpr bool value_key_cross = true;
 
   template <class T>
   static void require_seq_len(const char* function, const T& seq_len) {
@@ -153,7 +161,7 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
 
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
     const AttentionTerms<T> a = terms_of(in);
-    return detail::attention_backward(h_, gradient_, in, a, Mask::sums(h_, in, a), g);
+    return detail::attention_backward(h_, gradient_, in, a, Mask::sums(h_, in, a), g, Mask::value_key_cross);
   }
 
   /// Validity measures (core/domain.hpp): the score variance, the weight
@@ -177,7 +185,7 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
   }
 
   GradMoments<T> backward_recorded_impl(const Record& r, const GradMoments<T>& g) const {
-    return detail::attention_backward(h_, gradient_, r.in, r.terms, r.sums, g);
+    return detail::attention_backward(h_, gradient_, r.in, r.terms, r.sums, g, Mask::value_key_cross);
   }
 
   Domain<T> domain_recorded(const Record& r) const { return domain_of(r.terms); }

@@ -246,7 +246,7 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
  private:
   GradMoments<T> backward_with(const Moments<T>& in, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
                                const GradMoments<T>& g) const {
-    return detail::attention_backward(this->params(), this->gradient(), in, a, s, g);
+    return detail::attention_backward(this->params(), this->gradient(), in, a, s, g, detail::CausalMask::value_key_cross);
   }
 
   // H_L - H_i for i = 1..L (index i - 1).

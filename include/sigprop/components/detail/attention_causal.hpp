@@ -248,6 +248,9 @@ SoftmaxSums<T> causal_sums(const HeadParams<T>& h, const Moments<T>& in) {
 /// The causal mask: query i (positions 1..L) attends to keys 1..i.
 struct CausalMask {
   static constexpr const char* name = "sigprop::CausalAttention";
+  /// The value-key covariance (attention_maps.hpp) is not derived for the
+  /// per-key sums of the causal mask: left out.
+  static constexpr bool value_key_cross = false;
 
   template <class T>
   static void require_seq_len(const char* function, const T& seq_len) {

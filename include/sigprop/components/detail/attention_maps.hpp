@@ -267,16 +267,35 @@ PathMoments<T> softmax_path(const HeadParams<T>& h, const AttentionTerms<T>& a, 
   return {q.var + k.var, q.cov + k.cov};
 }
 
+/// Cov(value path, key path) at one position per unit of the input, and
+/// across two positions (the key path sums to 0 over the positions): the
+/// header's Cov_VK (components/attention.hpp).
+template <class T>
+PathMoments<T> value_key_cross(const HeadParams<T>& h, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
+                               const GradMoments<T>& g) {
+  if (h.rotary.enabled()) return {0 * g.var, 0 * g.var};
+  const T r_g = feasible_corr(h, g.corr_len);
+  const T own = s.jacobian + (s.tilt_cross - 1 + s.sum_sq + s.tilt_own) / 3 + h.p / (1 - h.p) * s.tilt_own / 2;
+  const T centring = math::ratio_or(s.key_pairs_centred, s.key_pairs, 1);
+  const T pair_favoured = (1 + s.pair_cross - centring) / 2;
+  const T pairs = s.key_pairs * (a.corr_queries * centring - 2 * (pair_favoured - s.sum_sq));
+  const T cross = h.v_var * h.d_k * g.var * a.score_var * (own + r_g * pairs) / h.d_in;
+  return {cross, -cross / (h.seq_len - 1)};
+}
+
 /// The backward map: the value path plus, unless `gradient` excludes it, the
-/// softmax path (uncorrelated to the order modelled, so variances and
-/// covariances add).
+/// softmax path and, where the mask has it (`value_key`: full attention),
+/// twice their covariance (the key path's, value_key_cross; the query
+/// path's vanishes to the order modelled).
 template <class T>
 GradMoments<T> attention_backward(const HeadParams<T>& h, AttentionGradient gradient, const Moments<T>& in,
-                                  const AttentionTerms<T>& a, const SoftmaxSums<T>& s, const GradMoments<T>& g) {
+                                  const AttentionTerms<T>& a, const SoftmaxSums<T>& s, const GradMoments<T>& g,
+                                  bool value_key) {
   const PathMoments<T> value = value_path(h, s, g);
   if (gradient == AttentionGradient::value_path_only) return grad_of(value);
   const PathMoments<T> softmax = softmax_path(h, a, s, in, g);
-  return grad_of(PathMoments<T>{value.var + softmax.var, value.cov + softmax.cov});
+  const PathMoments<T> cross = value_key ? value_key_cross(h, a, s, g) : PathMoments<T>{0 * g.var, 0 * g.var};
+  return grad_of(PathMoments<T>{value.var + softmax.var + 2 * cross.var, value.cov + softmax.cov + 2 * cross.cov});
 }
 
 }  // namespace detail
