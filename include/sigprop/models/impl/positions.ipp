@@ -12,6 +12,7 @@
 
 #include <Eigen/Core>
 
+#include "sigprop/models/detail/forward_pairs.hpp"
 #include "sigprop/models/detail/sublayers.hpp"
 #include "sigprop/models/positions.hpp"
 
@@ -19,14 +20,30 @@ namespace sigprop {
 
 namespace detail {
 
+// With `pair_correlations`, each position's corr_len from the pairs of
+// positions (where trace() carries them), else the closed form's.
 template <class Activation>
 PositionTrace trace_positions_with(const StackShape<double>& s, const std::vector<LayerWeights>& layers,
-                                   const Trace& averaged, std::vector<std::size_t> positions) {
+                                   const Trace& averaged, std::vector<std::size_t> positions,
+                                   bool pair_correlations = true) {
   const std::size_t N = s.layers, P = positions.size();
   PositionTrace p;
   p.positions = std::move(positions);
   p.rows.assign(N + 1, std::vector<Moments<double>>(P, averaged.rows[0].forward));
   p.mid.assign(N, std::vector<Moments<double>>(P));
+  // Each position's mean correlation with the others from the pairs of
+  // positions that trace() carries (forward_pairs.hpp), where it does.
+  ForwardPairs pairs;
+  if (pair_correlations) pairs = start_forward_pairs(s, layers, averaged.rows[0].forward);
+  Eigen::MatrixXd* C = pairs.lanes.empty() || pairs.lanes[0].size() == 0 ? nullptr : &pairs.lanes[0];
+  const auto pair_corr = [&](std::vector<Moments<double>>& row) {
+    const Eigen::VectorXd inv = C->diagonal().unaryExpr([](double v) { return v > 0 ? 1 / std::sqrt(v) : 0.0; });
+    const double others = double(C->rows() - 1);
+    for (std::size_t j = 0; j < P; ++j) {
+      const auto i = static_cast<Eigen::Index>(p.positions[j] - 1);
+      row[j].corr_len = std::clamp(inv(i) * (C->col(i).dot(inv) - (*C)(i, i) * inv(i)) / others, -1.0, 1.0);
+    }
+  };
   for (std::size_t n = 0; n < N; ++n) {
     const LayerWeights& w = layers[n];
     with_block<Activation>(s, w, Sublayer::attention, [&](const auto& block) {
@@ -52,10 +69,18 @@ PositionTrace trace_positions_with(const StackShape<double>& s, const std::vecto
       }
       return 0;
     });
+    if (C) {
+      attention_pairs_forward(s, w, averaged.rows[n].forward, *C, pairs.work);
+      pair_corr(p.mid[n]);
+    }
     on_sublayer<Activation>(s, w, Sublayer::ffn, [&](const auto& sub) {
       for (std::size_t j = 0; j < P; ++j) p.rows[n + 1][j] = sub.forward(p.mid[n][j]);
       return 0;
     });
+    if (C) {
+      ffn_pairs_forward<Activation>(s, w, averaged.mid[n].forward, *C, pairs.work);
+      pair_corr(p.rows[n + 1]);
+    }
   }
   return p;
 }
@@ -333,10 +358,12 @@ SIGPROP_DECL PositionGradientTrace trace_position_gradients(const ModelConfig& c
                          "[" + detail::format_number(lowest) +
                              ", 1] (-1/(seq_len - 1): below it no L positions' gradients have that correlation)");
   positions = detail::checked_positions(fn, std::move(positions), config.seq_len);
-  const PositionTrace forward = trace_positions(config, weights);
   const auto s = detail::shape_of(config);
   return detail::with_activation<double>(s.activation, [&](auto activation) {
     using Activation = typename decltype(activation)::type;
+    // every position's stream (trace_positions; its correlations are not used)
+    const PositionTrace forward = detail::trace_positions_with<Activation>(
+        s, weights.layers, averaged, detail::checked_positions(fn, {}, config.seq_len), false);
     return detail::trace_position_gradients_with<Activation>(s, weights.layers, averaged, forward,
                                                              std::move(positions));
   });
