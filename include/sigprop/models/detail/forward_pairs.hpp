@@ -37,20 +37,21 @@ class CorrelationKernel {
   static constexpr int points = 33;
 
   template <class F>
-  CorrelationKernel(double lo, double hi, F f) : lo_(lo), step_((hi - lo) / (points - 1)) {
-    if (!(step_ > 0)) step_ = 0;
-    for (int j = 0; j < points; ++j) value_[static_cast<std::size_t>(j)] = step_ > 0 || j == 0 ? f(lo + j * step_) : value_[0];
+  CorrelationKernel(double lo, double hi, F f) : lo_(lo) {
+    const double step = (hi - lo) / (points - 1);
+    per_step_ = step > 0 ? 1 / step : 0;  // 0: one value (lo = hi)
+    for (int j = 0; j < points; ++j)
+      value_[static_cast<std::size_t>(j)] = step > 0 || j == 0 ? f(lo + j * step) : value_[0];
   }
 
   double operator()(double r) const {
-    if (step_ == 0) return value_[0];
-    const double t = std::clamp((r - lo_) / step_, 0.0, double(points - 1));
+    const double t = std::clamp((r - lo_) * per_step_, 0.0, double(points - 1));
     const auto j = static_cast<std::size_t>(std::min(static_cast<int>(t), points - 2));
     return value_[j] + (t - double(j)) * (value_[j + 1] - value_[j]);
   }
 
  private:
-  double lo_, step_;
+  double lo_, per_step_;
   std::array<double, points> value_{};
 };
 
