@@ -40,6 +40,7 @@ setup(
     cmdclass={"build_ext": CMakeBuild},
     python_requires=">=3.9",
     install_requires=["numpy"],
+    extras_require={"plot": ["matplotlib"]},  # sigprop.plot; Debian: python3-matplotlib
     zip_safe=False,
     # setuptools' own build files apart from CMake's
     options={"build": {"build_base": os.path.join("build", "python-package")}},

@@ -80,7 +80,10 @@ inline const std::set<std::string>& model_flags() {
 
 inline void model_flags_usage(std::ostream& out) {
   out << "model (defaults: a BERT-base-like Pre-LN model):\n"
-         "  --scheme NAME (xavier): " << scheme_names("|") << "\n"
+         "  --hf-config FILE   a Hugging Face config.json (bert, roberta, gpt2, llama, mistral,\n"
+         "         qwen2) as the defaults; the flags below replace its values (docs/python.md)\n"
+         "  --scheme NAME (xavier; with --hf-config the model's own: bert, gpt2 or llama\n"
+         "         at its initializer_range): " << scheme_names("|") << "\n"
          "  --arch pre-ln|post-ln|no-ln|llama|gpt2 (the scheme's own: pre-ln for xavier, bert, dslm,\n"
          "         dslm-simple, layerscale and the spike schemes; post-ln for admin,\n"
          "         admin-code, deepnet, ds-init; no-ln for t-fixup, rezero, skipinit;\n"
@@ -134,6 +137,7 @@ inline ModelSpec parse_model(const Args& a, const std::vector<std::string>& form
     c = hf->config;
     s.input = hf->input;
     s.hf_model_type = hf->model_type;
+    if (!a.has("scheme")) s.scheme = hf->scheme;  // the model's own initialization
   }
   c.layers = require_layers(static_cast<std::size_t>(a.count("layers", static_cast<double>(c.layers))));
   c.d = static_cast<std::size_t>(a.count("d", static_cast<double>(c.d)));

@@ -65,4 +65,9 @@ struct SweepRow {
 /// The rows `sigprop sweep` prints for the grid flags `words` (its --format ignored).
 std::vector<SweepRow> sweep_table(const std::vector<std::string>& words);
 
+/// sweep() on `jobs` threads (`sigprop sweep --jobs`): the same summaries,
+/// in the order of `points`.
+std::vector<SweepSummary> sweep_on_threads(const std::vector<SweepPoint>& points, const SweepBounds& bounds,
+                                           std::size_t jobs);
+
 }  // namespace sigprop::cli

@@ -4,11 +4,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <optional>
 #include <ostream>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "args.hpp"
@@ -33,19 +35,22 @@ inline void sweep_usage(std::ostream& out) {
          "overflow = 1 and empty figures (json: true and null) instead of stopping the sweep.\n\n"
          "Each grid flag takes a comma-separated list, and numeric ones also a range\n"
          "START:STOP:STEP (inclusive), e.g. --layers 24:192:24:\n"
-         "  --scheme NAME,... (dslm): " << scheme_names(",") << "\n"
+         "  --scheme NAME,... (dslm; with --hf-config the model's own): " << scheme_names(",") << "\n"
          "  --arch pre-ln,post-ln,no-ln,llama,gpt2 (each scheme's own, as in sigprop table)\n"
          "  --layers N,... (48)  --d D,... (512)  --dropout P,... (0.1)\n"
          "  --beta2-k K,... (2)  --beta2-alpha A,... (1)   residual scaling beta^2 = K/N^A\n"
          "                       (dslm schemes always; other schemes only when given)\n"
          "fixed for the whole grid:\n"
+         "  --hf-config FILE   every point starts from a Hugging Face config.json's model;\n"
+         "         the grid flags given replace its values (docs/python.md)\n"
          "  --head-dim K (64, heads = d/K)  --ffn-mult M (4)\n"
          "  --activation relu|gelu|gelu_tanh|silu (relu)  --seq L (256)  --bounds LO,HI (0.5,2)\n"
          "  --rotary BASE (0: none; llama: 10000)  --logit-scale inv-sqrt-dk|inv-dk (inv-sqrt-dk)\n"
          "         (as in sigprop table)\n"
          "  --bias-var V (every bias; 0)  --ln-gain G (1)  --ln-bias B (0)   as in sigprop table\n"
          "  --attn-dropout P (each point's --dropout)  --ffn-dropout P (0)  --initializer-range R\n"
-         "         (0.02): as in sigprop table\n";
+         "         (0.02): as in sigprop table\n"
+         "  --jobs N (1)   threads, each tracing every N-th point (the same rows)\n";
 }
 
 namespace detail {
@@ -106,25 +111,21 @@ inline const std::set<std::string>& sweep_flags() {
       "arch",     "scheme",    "layers",   "d",       "dropout",      "beta2-k",     "beta2-alpha",
       "head-dim", "ffn-mult",  "activation", "seq",   "bounds",       "format",      "rotary",
       "hf-config", "bias-var", "ln-gain",  "ln-bias", "attn-dropout", "ffn-dropout", "initializer-range",
-      "logit-scale"};
+      "logit-scale", "jobs"};
   return flags;
 }
 
-/// A parsed grid: its points in the order of the output, the bounds, the format.
+/// A parsed grid: its points in the order of the output, the bounds, the
+/// format and the number of threads.
 struct SweepGrid {
   std::vector<SweepPoint> points;
   SweepBounds bounds;
   std::string format;
+  std::size_t jobs = 1;
 };
 
 inline SweepGrid parse_sweep(const Args& a) {
   if (!a.positional().empty()) throw usage_error("sweep: unexpected argument '" + a.positional()[0] + "'");
-  std::vector<std::string> scheme_options;
-  for (const SchemeInfo& i : sigprop::schemes()) scheme_options.push_back(i.name);
-  const auto scheme_names_given = detail::word_list(a, "scheme", "dslm", scheme_options);
-  // "" stands for each scheme's own architecture.
-  const auto archs = a.has("arch") ? detail::word_list(a, "arch", "", {"pre-ln", "post-ln", "no-ln", "llama", "gpt2"})
-                                   : std::vector<std::string>{""};
   // --hf-config FILE: every point starts from the file's model
   // (io/hf_config.hpp); the grid flags given replace its values.
   std::optional<io::HfConfig> hf;
@@ -132,6 +133,13 @@ inline SweepGrid parse_sweep(const Args& a) {
     hf = io::read_hf_config(a.text("hf-config", ""), a.has("seq") ? std::optional<std::size_t>(static_cast<std::size_t>(
                                                                         a.count("seq", 256)))
                                                                   : std::nullopt);
+  std::vector<std::string> scheme_options;
+  for (const SchemeInfo& i : sigprop::schemes()) scheme_options.push_back(i.name);
+  // The default scheme: dslm, or the Hugging Face model's own initialization.
+  const auto scheme_names_given = detail::word_list(a, "scheme", hf ? to_string(hf->scheme) : "dslm", scheme_options);
+  // "" stands for each scheme's own architecture.
+  const auto archs = a.has("arch") ? detail::word_list(a, "arch", "", {"pre-ln", "post-ln", "no-ln", "llama", "gpt2"})
+                                   : std::vector<std::string>{""};
   const auto layers = detail::count_list(a, "layers", hf ? std::to_string(hf->config.layers) : "48");
   for (std::size_t n : layers) require_layers(n);
   const auto widths = detail::count_list(a, "d", hf ? std::to_string(hf->config.d) : "512");
@@ -152,7 +160,8 @@ inline SweepGrid parse_sweep(const Args& a) {
   const SweepBounds bounds{bounds_list[0], bounds_list[1]};
   const std::string format = a.choice("format", {"csv", "json"}, "csv");
   for (double p : dropouts) require_probability("sigprop", "--dropout", p);
-  const double ffn_dropout = a.number("ffn-dropout", 0), initializer_range = a.number("initializer-range", 0.02);
+  const double ffn_dropout = a.number("ffn-dropout", 0), initializer_range =
+      a.number("initializer-range", hf ? hf->initializer_range : 0.02);
   require_probability("sigprop", "--ffn-dropout", ffn_dropout);
   require_positive("sigprop", "--initializer-range", initializer_range);
   if (a.has("attn-dropout")) require_probability("sigprop", "--attn-dropout", a.number("attn-dropout", 0));
@@ -222,12 +231,45 @@ inline SweepGrid parse_sweep(const Args& a) {
                 points.push_back(pt);
               }
   if (points.size() > 1000000) throw usage_error("the grid has " + std::to_string(points.size()) + " points (at most 1000000)");
-  return {std::move(points), bounds, format};
+  const auto jobs = static_cast<std::size_t>(a.count("jobs", 1));
+  if (jobs > 256)
+    throw usage_error("--jobs = " + a.text("jobs", "") + " is outside the valid range: a whole number in [1, 256]");
+  return {std::move(points), bounds, format, jobs};
+}
+
+// Thread j takes the points j, j + jobs, ... (so each gets a share of every
+// structure), each batched as sweep() batches them. A point's summary does
+// not depend on the others, so the rows are those of one thread; an invalid
+// point is reported by the serial sweep, which names it by its index in
+// `points`. (Declared in run.hpp; this header is compiled once, in run.cpp.)
+std::vector<SweepSummary> sweep_on_threads(const std::vector<SweepPoint>& points, const SweepBounds& bounds,
+                                                  std::size_t jobs) {
+  jobs = std::min(jobs, points.size());
+  if (jobs <= 1) return sweep(points, bounds);
+  std::vector<std::vector<SweepSummary>> shares(jobs);
+  std::vector<std::exception_ptr> errors(jobs);
+  std::vector<std::thread> threads;
+  for (std::size_t j = 0; j < jobs; ++j)
+    threads.emplace_back([&, j] {
+      try {
+        std::vector<SweepPoint> mine;
+        for (std::size_t i = j; i < points.size(); i += jobs) mine.push_back(points[i]);
+        shares[j] = sweep(mine, bounds);
+      } catch (...) {
+        errors[j] = std::current_exception();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) return sweep(points, bounds);  // throws, naming the point
+  std::vector<SweepSummary> out(points.size());
+  for (std::size_t i = 0; i < points.size(); ++i) out[i] = shares[i % jobs][i / jobs];
+  return out;
 }
 
 /// Every point of `grid` with its summary, as the rows of the output.
 inline std::vector<SweepRow> sweep_rows(const SweepGrid& grid) {
-  const std::vector<SweepSummary> results = sweep(grid.points, grid.bounds);
+  const std::vector<SweepSummary> results = sweep_on_threads(grid.points, grid.bounds, grid.jobs);
   std::vector<SweepRow> rows;
   for (std::size_t i = 0; i < grid.points.size(); ++i) {
     const SweepPoint& pt = grid.points[i];

@@ -14,7 +14,8 @@ ensure_packages cmake make g++ libeigen3-dev libboost-dev catch2 nlohmann-json3-
 # The Python package (python/, docs/python.md): built and tested with Debian's
 # interpreter and packages.
 python_packages=(python3-dev python3-venv python3-setuptools python3-wheel pybind11-dev python3-numpy
-                 python3-pandas python3-pytest python3-hypothesis python3-distributed)
+                 python3-pandas python3-matplotlib python3-pytest python3-hypothesis python3-distributed
+                 python3-torch)
 case "${1:-}" in
   test | python) ensure_packages "${python_packages[@]}" ;;
 esac

@@ -30,7 +30,7 @@ cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None -DSI
   -DSIGPROP_BINARY_ARCH=portable \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DSIGPROP_BUILD_TESTS=ON -DSIGPROP_UNITY_TESTS=OFF -DSIGPROP_BUILD_EXAMPLES=OFF -DSIGPROP_BUILD_PYTHON=OFF \
-  -DSIGPROP_INSTALL=OFF >/dev/null
+  -DSIGPROP_INSTALL=OFF -DSIGPROP_TEST_SELECTION="$tests" >/dev/null
 
 targets=()
 for source in tests/test_*.cpp; do
@@ -42,7 +42,7 @@ if [ ${#targets[@]} -eq 0 ]; then
   exit 2
 fi
 echo "sanitized build of ${#targets[@]} tests: ${targets[*]}"
-cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+cmake --build "$build" -j "$jobs" --target sigprop_selected_tests
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

@@ -359,6 +359,37 @@ TEST_CASE("cli: sweep prints one summary per grid point, matching the library", 
   CHECK(help.out.find("START:STOP:STEP") != std::string::npos);
 }
 
+TEST_CASE("cli: sweep --jobs N gives the rows of one thread", "[cli][sweep]") {
+  // Two structures (arch x layers) and an overflowing point among them.
+  const std::vector<std::string> grid = {"sweep", "--arch", "pre-ln,post-ln", "--scheme", "admin,xavier,dslm",
+                                         "--layers", "4,192", "--d", "128", "--head-dim", "32", "--seq", "32",
+                                         "--dropout", "0,0.1"};
+  const Outcome one = run_cli(grid);
+  REQUIRE(one.status == 0);
+  CHECK(one.out.find(",1\n") != std::string::npos);  // an overflow row
+  for (const char* jobs : {"2", "3", "7", "256"}) {
+    std::vector<std::string> with = grid;
+    with.insert(with.end(), {"--jobs", jobs});
+    const Outcome many = run_cli(with);
+    INFO("--jobs " << jobs << ": " << many.err);
+    REQUIRE(many.status == 0);
+    CHECK(many.out == one.out);
+  }
+  // An invalid point is named by its index among all points, as the serial sweep names it.
+  std::vector<sigprop::SweepPoint> points(6);
+  for (sigprop::SweepPoint& p : points) {
+    p.config.layers = 2;
+    p.config.d = 64;
+    p.config.heads = 2;
+    p.config.seq_len = 16;
+  }
+  points[3].config.heads = 3;
+  for (std::size_t jobs : {1, 2, 4})
+    CHECK_THROWS_WITH(sigprop::cli::sweep_on_threads(points, {}, jobs), Catch::Contains("points[3]"));
+  require_usage_error({"sweep", "--jobs", "0"}, "--jobs", "0", "whole number in [1, 1e+15]");
+  require_usage_error({"sweep", "--jobs", "257"}, "--jobs", "257", "[1, 256]");
+}
+
 TEST_CASE("cli: a diverging configuration is marked overflow and the sweep goes on", "[cli][sweep]") {
   // Admin forced onto Pre-LN: the stream variance passes 1e308 before layer 192
   // (docs/domains.md); the same sweep point by point through the library.

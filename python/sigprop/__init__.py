@@ -3,7 +3,7 @@
 Bindings of the C++ library (docs/python.md): every number comes from the
 C++ code (the compiled model layer and the command-line tool's components
 and sweep); this package only converts arguments and arranges results as
-numpy arrays and pandas DataFrames. Bad input raises ValueError (TypeError
+numpy arrays and pandas DataFrames, and draws them (plot, with matplotlib). Bad input raises ValueError (TypeError
 for a wrong type) with the C++ message.
 """
 
@@ -17,6 +17,7 @@ from . import _sigprop as _core
 from ._sigprop import (
     Activation,
     AttentionGradient,
+    LogitScale,
     GradMoments,
     LayerWeights,
     ModelConfig,
@@ -24,13 +25,15 @@ from ._sigprop import (
     Moments,
     Norm,
 )
+from .plot import plot
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Activation", "AttentionGradient", "BatchTrace", "Component", "GradMoments", "LayerWeights",
+    "Activation", "AttentionGradient", "LogitScale", "BatchTrace", "Component", "GradMoments", "LayerWeights",
     "ModelConfig", "ModelWeights", "Moments", "Norm", "PositionTrace", "Trace", "components",
-    "from_hf_config", "initialize", "schemes", "sweep", "trace", "trace_batch",
+    "default_scheme", "embedding_input", "from_hf_config", "initialize", "plot", "schemes", "sweep", "trace",
+    "trace_batch",
     "trace_position_gradients", "trace_positions",
 ]
 
@@ -156,27 +159,49 @@ def _config(config):
     return config
 
 
-def initialize(config, scheme="xavier", *, beta2_k=None, beta2_alpha=None, **overrides):
-    """Per-layer weights of `scheme` (see schemes()) for `config`. beta2_k,
+def default_scheme(config):
+    """The scheme a configuration is initialized with when none is named:
+    a Hugging Face config's model's own (config.hf["scheme"]: bert, gpt2 or
+    llama at its initializer_range), otherwise xavier (as `sigprop table`)."""
+    hf = _config(config).hf
+    return hf["scheme"] if hf else "xavier"
+
+
+def initialize(config, scheme=None, *, beta2_k=None, beta2_alpha=None, **overrides):
+    """Per-layer weights of `scheme` (see schemes(); default
+    default_scheme(config)) for `config`. beta2_k,
     beta2_alpha: the residual scaling beta^2 = k/N^alpha (dslm schemes
     always; others when given); overrides: embedding_var, q_var, k_var,
     v_var, o_var, ffn1_var, ffn2_var replacing the scheme's variances."""
-    return _core.initialize(_config(config), scheme, beta2_k, beta2_alpha, overrides)
+    return _core.initialize(_config(config), scheme or default_scheme(config), beta2_k, beta2_alpha, overrides)
 
 
 def _weights(config, weights):
     if weights is None or isinstance(weights, str):
-        return initialize(config, weights or "xavier")
+        return initialize(config, weights)
     if not isinstance(weights, ModelWeights):
         raise TypeError(f"weights must be a ModelWeights (initialize()) or a scheme name, not {type(weights).__name__}")
     return weights
 
 
-def trace(config, weights=None, grad=None):
+def trace(config, weights=None, grad=None, position_gradients=True):
     """The per-layer trace of `config` with `weights` (a ModelWeights from
-    initialize(), or a scheme name; default xavier); `grad` the gradient
-    moments at the model output (default variance 1, correlation 0)."""
-    return Trace(_core.trace(_config(config), _weights(config, weights), _grad(grad)))
+    initialize(), or a scheme name; default default_scheme(config)); `grad` the gradient
+    moments at the model output (default variance 1, correlation 0).
+    position_gradients (default): for a causal Pre-LN model, every row's
+    gradient the average over the positions of each position's gradient (as
+    `sigprop table` prints it; what a measurement over the whole sequence
+    gives); False: the gradient of the sequence-averaged state."""
+    return Trace(_core.trace(_config(config), _weights(config, weights), _grad(grad), bool(position_gradients)))
+
+
+def embedding_input(config, token_var, position_var=0.0, segment_var=0.0, scale=1.0):
+    """The model input of `config`'s embedding (its tables: token_table,
+    position_table, segment_table; vocab, seq_len, dropout,
+    embedding_layernorm) when each table has its own per-entry variance:
+    (the embedding's output after dropout, the model input) as Moments."""
+    return _core.embedding_input(_config(config), float(token_var), float(position_var), float(segment_var),
+                                 float(scale))
 
 
 def trace_batch(configs, weights=None, grad=None):
@@ -186,7 +211,7 @@ def trace_batch(configs, weights=None, grad=None):
     list of ModelWeights, or one scheme name for all."""
     configs = [_config(c) for c in configs]
     if weights is None or isinstance(weights, str):
-        weights = [initialize(c, weights or "xavier") for c in configs]
+        weights = [initialize(c, weights) for c in configs]
     weights = [_weights(c, w) for c, w in zip(configs, weights)]
     if len(weights) != len(configs):
         raise ValueError(f"trace_batch: {len(configs)} configs but {len(weights)} weights")

@@ -152,7 +152,7 @@ void enum_field(ConfigClass& cls, const std::string& name, const py::object& typ
 #define SIGPROP_REF(expr) [](PyModelConfig & c) -> auto& { return expr; }
 
 void bind_config_fields(ConfigClass& cls, const py::object& activation, const py::object& norm,
-                        const py::object& gradient) {
+                        const py::object& gradient, const py::object& logit_scale) {
   // arch: the architecture, or a preset applied to the current sizes
   // (models/config.hpp, with_architecture).
   add_field(
@@ -179,10 +179,28 @@ void bind_config_fields(ConfigClass& cls, const py::object& activation, const py
   enum_field<FfnActivation>(cls, "activation", activation, SIGPROP_REF(c.config.activation), "FFN activation");
   count_field(cls, "seq_len", SIGPROP_REF(c.config.seq_len), "sequence length L", 2);
   number_field(cls, "dropout", SIGPROP_REF(c.config.dropout), "dropout probability p");
+  add_field(
+      cls, "attention_dropout",
+      [](const PyModelConfig& c) -> py::object {
+        if (!c.config.attention_dropout) return py::none();
+        return py::float_(*c.config.attention_dropout);
+      },
+      [](PyModelConfig& c, const py::handle& v) {
+        if (v.is_none()) c.config.attention_dropout.reset();
+        else c.config.attention_dropout = to_double("attention_dropout", v);
+      },
+      "dropout on the attention probabilities (None: dropout)");
+  number_field(cls, "ffn_dropout", SIGPROP_REF(c.config.ffn_dropout), "dropout after the FFN activation");
+  number_field(cls, "initializer_range", SIGPROP_REF(c.config.initializer_range),
+               "the std of the bert, gpt2 and llama schemes");
+  number_field(cls, "ln_gain", SIGPROP_REF(c.config.ln_gain), "every norm's initial gain");
+  number_field(cls, "ln_bias", SIGPROP_REF(c.config.ln_bias), "every LayerNorm's initial bias");
   flag_field(cls, "final_layernorm", SIGPROP_REF(c.config.final_layernorm), "Pre-LN: a norm after the last layer");
   enum_field<AttentionGradient>(cls, "attention_gradient", gradient, SIGPROP_REF(c.config.attention_gradient),
                                 "all_paths or value_path_only (the paper's B.8)");
   enum_field<Norm>(cls, "norm", norm, SIGPROP_REF(c.config.norm), "layernorm or rmsnorm");
+  enum_field<LogitScale>(cls, "logit_scale", logit_scale, SIGPROP_REF(c.config.logit_scale),
+                         "attention logits over sqrt(d_k) (inv_sqrt_dk) or d_k (inv_dk, muP)");
   flag_field(cls, "causal", SIGPROP_REF(c.config.causal), "causal attention mask");
   flag_field(cls, "gated_ffn", SIGPROP_REF(c.config.gated_ffn), "gated FFN act(x W1) * (x V)");
   number_field(cls, "rotary_base", SIGPROP_REF(c.config.rotary_base), "rotary position embeddings' base (0: none)");
@@ -243,6 +261,7 @@ py::object hf_dict(const PyModelConfig& c) {
   d["activation"] = h.activation;
   d["norm_eps"] = h.norm_eps;
   d["initializer_range"] = h.initializer_range;
+  d["scheme"] = to_string(h.scheme);
   d["max_positions"] = h.max_positions;
   d["type_vocab_size"] = h.type_vocab_size;
   d["hidden_dropout"] = h.hidden_dropout;
@@ -445,9 +464,11 @@ PYBIND11_MODULE(_sigprop, m) {
   py::enum_<AttentionGradient> gradient(m, "AttentionGradient");
   gradient.value("all_paths", AttentionGradient::all_paths)
       .value("value_path_only", AttentionGradient::value_path_only);
+  py::enum_<LogitScale> logit_scale(m, "LogitScale");
+  logit_scale.value("inv_sqrt_dk", LogitScale::inv_sqrt_dk).value("inv_dk", LogitScale::inv_dk);
 
   ConfigClass config(m, "ModelConfig", "A transformer's shape and embedding (models/config.hpp; docs/python.md)");
-  bind_config_fields(config, activation, norm, gradient);
+  bind_config_fields(config, activation, norm, gradient, logit_scale);
   config.def(py::init([](const py::kwargs& kwargs) { return make_config(kwargs); }))
       .def("validate", &check_config)
       .def("to_dict", &config_dict)
@@ -482,8 +503,16 @@ PYBIND11_MODULE(_sigprop, m) {
       .def_readwrite("attn_skip", &LayerWeights::attn_skip)
       .def_readwrite("attn_branch", &LayerWeights::attn_branch)
       .def_readwrite("ffn_skip", &LayerWeights::ffn_skip)
-      .def_readwrite("ffn_branch", &LayerWeights::ffn_branch);
+      .def_readwrite("ffn_branch", &LayerWeights::ffn_branch)
+      .def_readwrite("q_bias", &LayerWeights::q_bias)
+      .def_readwrite("k_bias", &LayerWeights::k_bias)
+      .def_readwrite("v_bias", &LayerWeights::v_bias)
+      .def_readwrite("o_bias", &LayerWeights::o_bias)
+      .def_readwrite("ffn1_bias", &LayerWeights::ffn1_bias)
+      .def_readwrite("ffn2_bias", &LayerWeights::ffn2_bias)
+      .def_readwrite("ffn_gate_bias", &LayerWeights::ffn_gate_bias);
   py::class_<ModelWeights>(m, "ModelWeights", "An initialization: input moments and each layer's weights")
+      .def(py::init<>())
       .def_readwrite("input", &ModelWeights::input)
       .def_readwrite("embedding_var", &ModelWeights::embedding_var)
       .def_readwrite("embedding_scale", &ModelWeights::embedding_scale)
@@ -525,16 +554,33 @@ PYBIND11_MODULE(_sigprop, m) {
 
   m.def(
       "trace",
-      [](const PyModelConfig& c, const ModelWeights& w, const GradMoments<double>& grad) {
+      [](const PyModelConfig& c, const ModelWeights& w, const GradMoments<double>& grad, bool position_gradients) {
         check_config(c);
         Trace t;
         {
           py::gil_scoped_release release;
           t = trace(c.config, w, grad);
+          // Causal Pre-LN: every row's gradient the average over the
+          // positions, as `sigprop table` prints it (models/positions.hpp).
+          if (position_gradients && has_position_gradients(c.config))
+            t = with_position_gradients(std::move(t), trace_position_gradients(c.config, w, {1}, grad));
         }
         return trace_result(t);
       },
-      py::arg("config"), py::arg("weights"), py::arg("grad"));
+      py::arg("config"), py::arg("weights"), py::arg("grad"), py::arg("position_gradients") = true);
+
+  // The model input of an embedding whose tables have their own variances
+  // (models/schemes.hpp embedding_moments): the embedding's output and the
+  // input after the embedding LayerNorm, if any.
+  m.def(
+      "embedding_input",
+      [](const PyModelConfig& c, double token_var, double position_var, double segment_var, double scale) {
+        check_config(c);
+        const EmbeddingMoments e =
+            embedding_moments(c.config, c.input, TableVariances{token_var, position_var, segment_var}, scale);
+        return py::make_tuple(e.output, e.input);
+      },
+      py::arg("config"), py::arg("token_var"), py::arg("position_var"), py::arg("segment_var"), py::arg("scale") = 1.0);
 
   m.def(
       "trace_batch",

@@ -81,3 +81,42 @@ def test_cli_unknown_type(tmp_path, cli):
     bad.write_text('{"model_type": "opt"}')
     status, out, err = cli("table", "--hf-config", str(bad))
     assert status == 2 and out == "" and "model_type = 'opt'" in err
+
+
+@pytest.mark.parametrize("name, scheme", [("bert-base-uncased.json", "bert"), ("gpt2.json", "gpt2"),
+                                          ("llama-2-7b.json", "llama"), ("qwen2-0.5b.json", "llama")])
+def test_default_scheme_is_the_models_own(hf_configs, name, scheme):
+    c = sigprop.from_hf_config(hf_configs / name, seq_len=64)
+    assert sigprop.default_scheme(c) == c.hf["scheme"] == scheme
+    assert c.initializer_range == c.hf["initializer_range"]
+    own, named = sigprop.trace(c), sigprop.trace(c, scheme)
+    assert list(own.var) == list(named.var) and list(own.grad_var) == list(named.grad_var)
+    # Not xavier's trace: the default really is another initialization.
+    xavier = sigprop.trace(c, "xavier")
+    assert list(own.grad_var) != list(xavier.grad_var) and list(own.corr_len) != list(xavier.corr_len)
+    assert sigprop.default_scheme(sigprop.ModelConfig()) == "xavier"
+
+
+def test_initializer_range_and_attention_dropout(hf_configs):
+    d = json.loads((hf_configs / "gpt2.json").read_text())
+    d.update(initializer_range=0.05, attn_pdrop=0.0)
+    c = sigprop.from_hf_config(d, seq_len=64)
+    assert (c.initializer_range, c.attention_dropout, c.dropout) == (0.05, 0.0, 0.1)
+    w = sigprop.initialize(c)
+    assert w.layers[0].q == pytest.approx(0.05 ** 2, rel=1e-15)
+    assert w.layers[0].o == pytest.approx(0.05 ** 2 / (2 * c.layers), rel=1e-15)
+    # The attention-probability dropout enters the trace: not the trace of attn_pdrop = resid_pdrop.
+    same = dict(d, attn_pdrop=0.1)
+    assert list(sigprop.trace(c).var) != list(sigprop.trace(sigprop.from_hf_config(same, seq_len=64)).var)
+    d["initializer_range"] = 0
+    with pytest.raises(ValueError, match=r"initializer_range = 0 is outside the valid range \(0, inf\)"):
+        sigprop.from_hf_config(d)
+
+
+def test_cli_default_scheme(hf_configs, cli_rows):
+    path = str(hf_configs / "gpt2.json")
+    own = cli_rows("table", "--hf-config", path, "--seq", "64", "--format", "csv")
+    named = cli_rows("table", "--hf-config", path, "--seq", "64", "--scheme", "gpt2", "--format", "csv")
+    assert own == named
+    sweep = cli_rows("sweep", "--hf-config", path, "--seq", "64", "--layers", "4")
+    assert [r["scheme"] for r in sweep] == ["gpt2"]

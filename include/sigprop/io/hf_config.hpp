@@ -39,6 +39,7 @@ struct HfConfig {
   std::string activation;           ///< hidden_act / activation_function as written
   double norm_eps = 0;              ///< layer_norm_eps / layer_norm_epsilon / rms_norm_eps
   double initializer_range = 0.02;  ///< std of every weight in the Hugging Face init
+  Scheme scheme = Scheme::bert;     ///< the model's own initialization (bert, gpt2 or llama at initializer_range)
   std::size_t max_positions = 0;    ///< max_position_embeddings / n_positions
   std::size_t type_vocab_size = 0;  ///< segment table rows (BERT: 2)
   double hidden_dropout = 0;        ///< hidden_dropout_prob / resid_pdrop (config.dropout)
@@ -171,11 +172,12 @@ inline HfConfig hf_config_from_json(const nlohmann::json& j, std::optional<std::
                              seq_len ? std::optional<std::size_t>(*seq_len) : std::nullopt);
   c.seq_len = seq_len.value_or(h.max_positions);
   h.initializer_range = hf_number(j, {"initializer_range"}).value_or(0.02);
-  if (!(h.initializer_range >= 0)) raise_domain(hf_function, "initializer_range", h.initializer_range, "[0, inf)");
+  if (!(h.initializer_range > 0)) raise_domain(hf_function, "initializer_range", h.initializer_range, "(0, inf)");
 
   if (encoder) {
     // Devlin et al. 2019: Post-LN, embedding LayerNorm, token + position + segment tables.
     c.arch = Arch::post_ln;
+    h.scheme = Scheme::bert;
     c.ffn_hidden = hf_count(j, t, {"intermediate_size"});
     activation_key = "hidden_act";
     h.activation = "gelu";
@@ -191,6 +193,7 @@ inline HfConfig hf_config_from_json(const nlohmann::json& j, std::optional<std::
   } else if (gpt2) {
     // Radford et al. 2019: the gpt2 preset, learned positions, FFN n_inner (4d when null).
     c = with_architecture(c, "gpt2");
+    h.scheme = Scheme::gpt2;
     if (hf_find(j, {"n_inner"})) c.ffn_hidden = hf_count(j, t, {"n_inner"});
     activation_key = "activation_function";
     h.activation = "gelu_new";
@@ -204,6 +207,7 @@ inline HfConfig hf_config_from_json(const nlohmann::json& j, std::optional<std::
   } else {
     // Touvron et al. 2023: the llama preset with the file's FFN width and rotary base.
     c = with_architecture(c, "llama");
+    h.scheme = Scheme::llama;
     c.ffn_hidden = hf_count(j, t, {"intermediate_size"});
     activation_key = "hidden_act";
     h.activation = "silu";
@@ -221,6 +225,8 @@ inline HfConfig hf_config_from_json(const nlohmann::json& j, std::optional<std::
   }
   c.activation = hf_activation(activation_key, h.activation);
   c.dropout = h.hidden_dropout;
+  c.attention_dropout = h.attention_dropout;
+  c.initializer_range = h.initializer_range;
   h.kv_heads = hf_count(j, t, {"num_key_value_heads"}, c.heads);
   if (c.heads % h.kv_heads != 0)
     hf_outside("num_key_value_heads", std::to_string(h.kv_heads),

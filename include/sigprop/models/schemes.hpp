@@ -172,6 +172,21 @@ struct WeightOverrides {
   std::optional<double> bias, q_bias, k_bias, v_bias, o_bias, ffn1_bias, ffn2_bias;
 };
 
+/// Per-entry variances of the embedding's tables, each before the scale.
+struct TableVariances {
+  double token = 0, position = 0, segment = 0;
+};
+
+/// The embedding's output, Dropout(p)(Embedding(tables) * scale), and the
+/// model input it gives (after the embedding LayerNorm when
+/// `input.embedding_layernorm`); the tables are those `input` names
+/// (docs/models.md, "Embeddings").
+struct EmbeddingMoments {
+  Moments<double> output, input;
+};
+SIGPROP_DECL EmbeddingMoments embedding_moments(const ModelConfig& config, const InputSpec& input,
+                                                const TableVariances& tables, double scale = 1);
+
 /// Per-layer weights of `scheme` for the model shape `config` (any
 /// architecture: `native_arch(scheme)` is the one it was published with).
 SIGPROP_DECL ModelWeights initialize(const ModelConfig& config, Scheme scheme, const InputSpec& input = {},

@@ -26,20 +26,6 @@ inline double table_count(const InputSpec& in) {
   return static_cast<double>(in.token) + static_cast<double>(in.position) + static_cast<double>(in.segment);
 }
 
-/// The embedding output: Dropout(p)(Embedding(tables)), the tables' sum
-/// scaled by `scale` (equivalently, tables of variance scale^2 table_var).
-inline Moments<double> embedding_output(const ModelConfig& c, const InputSpec& in, double table_var, double scale) {
-  EmbeddingConfig<double> e;
-  e.vocab = in.vocab;
-  e.seq_len = static_cast<double>(c.seq_len);
-  e.weight_var = scale * scale * table_var;
-  check_result("sigprop::initialize", "embedding_scale^2 * embedding_var", e.weight_var);
-  e.token = in.token;
-  e.position = in.position;
-  e.segment = in.segment;
-  return Dropout<double>(c.dropout).forward(Embedding<double>(e).forward({}));
-}
-
 /// The variance s that makes `output_var(s)` equal 1, where output_var grows
 /// with s (TOMS 748 on log output_var(s) after bracketing the guess by
 /// factors of 2; Boost.Math tools/roots.hpp). The bracket stays within a few
@@ -133,6 +119,32 @@ inline void solve_admin(const ModelConfig& config, bool code_variant, ModelWeigh
 }
 
 }  // namespace detail
+
+SIGPROP_DECL EmbeddingMoments embedding_moments(const ModelConfig& config, const InputSpec& input,
+                                                const TableVariances& tables, double scale) {
+  constexpr const char* fn = "sigprop::embedding_moments";
+  require_positive(fn, "scale", scale);
+  EmbeddingConfig<double> e;
+  e.vocab = input.vocab;
+  e.seq_len = static_cast<double>(config.seq_len);
+  e.token = input.token;
+  e.position = input.position;
+  e.segment = input.segment;
+  for (const auto& [name, v] : {std::pair{"token_var", tables.token}, std::pair{"position_var", tables.position},
+                                std::pair{"segment_var", tables.segment}}) {
+    require_variance(fn, name, v);
+    check_result(fn, "scale^2 * table variance", scale * scale * v);
+  }
+  e.token_var = scale * scale * tables.token;
+  e.position_var = scale * scale * tables.position;
+  e.segment_var = scale * scale * tables.segment;
+  EmbeddingMoments out;
+  out.output = Dropout<double>(config.dropout).forward(Embedding<double>(e).forward({}));
+  out.input = input.embedding_layernorm
+                  ? LayerNorm<double>(static_cast<double>(config.d), config.ln_gain, config.ln_bias).forward(out.output)
+                  : out.output;
+  return out;
+}
 
 /// Per-layer weights of `scheme` for the model shape `config` (any
 /// architecture: `native_arch(scheme)` is the one it was published with).
@@ -264,10 +276,13 @@ SIGPROP_DECL ModelWeights initialize(const ModelConfig& config, Scheme scheme, c
   } else {
     weights.embedding_var = table_var;
     weights.embedding_scale = embedding_scale;
-    weights.embedding_output = detail::embedding_output(config, input, table_var, embedding_scale);
     weights.embedding_layernorm = embedding_layernorm;
-    weights.input = embedding_layernorm ? LayerNorm<double>(d, config.ln_gain, config.ln_bias).forward(weights.embedding_output)
-                                        : weights.embedding_output;
+    check_result(fn, "embedding_scale^2 * embedding_var", embedding_scale * embedding_scale * table_var);
+    InputSpec tables = input;
+    tables.embedding_layernorm = embedding_layernorm;
+    const EmbeddingMoments e = embedding_moments(config, tables, {table_var, table_var, table_var}, embedding_scale);
+    weights.embedding_output = e.output;
+    weights.input = e.input;
   }
   weights.layers.assign(config.layers, base);
   for (std::size_t n = 0; n < weights.layers.size(); ++n) {

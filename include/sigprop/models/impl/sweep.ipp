@@ -1,6 +1,7 @@
 // sigprop/models/impl/sweep.ipp -- the definitions of models/sweep.hpp.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <limits>
 #include <map>
@@ -15,6 +16,9 @@
 namespace sigprop {
 
 namespace detail {
+
+/// The most points of one structure traced in one batch by sweep().
+inline constexpr std::size_t sweep_batch = 64;
 
 /// The summary of a point whose trace overflowed (see SweepSummary::overflow).
 inline SweepSummary overflowed_summary(const std::string& message) {
@@ -52,8 +56,17 @@ SIGPROP_DECL std::vector<SweepSummary> sweep(const std::vector<SweepPoint>& poin
             static_cast<int>(c.attention_gradient)}]
         .push_back(i);
   }
+  // Each structure's points traced in batches of at most sweep_batch lanes:
+  // a trace of thousands of lanes is read lane by lane from arrays beyond
+  // the cache (docs/performance.md, "Sweeps").
+  std::vector<std::vector<std::size_t>> batches;
+  for (const auto& group : groups)
+    for (std::size_t start = 0; start < group.second.size(); start += detail::sweep_batch)
+      batches.emplace_back(group.second.begin() + static_cast<std::ptrdiff_t>(start),
+                           group.second.begin() +
+                               static_cast<std::ptrdiff_t>(std::min(start + detail::sweep_batch, group.second.size())));
   std::vector<SweepSummary> out(points.size());
-  for (const auto& [key, members] : groups) {
+  for (const std::vector<std::size_t>& members : batches) {
     std::vector<ModelConfig> configs;
     std::vector<ModelWeights> weights;
     for (std::size_t i : members) {
