@@ -1,6 +1,7 @@
 // decoder_depth -- decoders at depth (docs/decoders.md, "Decoders at depth"):
 // gpt2- and llama-style stacks of 12, 24 and 48 layers, with and without
-// rotary embeddings and dropout, Xavier and DeepScaleLM, against the
+// rotary embeddings and dropout, Xavier and DeepScaleLM (and GPT-2's and
+// Llama's own initializations from their embeddings), against the
 // whole-model simulation (montecarlo::simulate_model with the position
 // pairs). Per model, over the rows n = 0..N:
 //   forward variance, relative error p50 / p90 (trace(); its average over the
@@ -43,10 +44,12 @@ struct DepthCase {
   std::string label;
   sigprop::ModelConfig config;
   sigprop::Scheme scheme;
+  bool embedding = false;  // the input from the preset's embedding tables, not variance 1 and correlation 0.2
 };
 
 // The models at depth N: d = 128, H = 2, L tokens, input variance 1 and
-// length correlation 0.2.
+// length correlation 0.2; under the gpt2 and llama schemes (std 0.02) the
+// input is the preset's embedding instead.
 std::vector<DepthCase> depth_models(std::size_t N, std::size_t L) {
   const auto make = [N, L](const char* arch, double dropout, double rotary) {
     sigprop::ModelConfig c;
@@ -68,6 +71,8 @@ std::vector<DepthCase> depth_models(std::size_t N, std::size_t L) {
       {"llama xavier p=0" + n, make("llama", 0, 0), S::xavier},
       {"llama xavier p=0.1 rotary" + n, make("llama", 0.1, 10000), S::xavier},
       {"llama dslm p=0 rotary" + n, make("llama", 0, 10000), S::dslm},
+      {"gpt2 gpt2 p=0.1" + n, make("gpt2", 0.1, 0), S::gpt2, true},
+      {"llama llama p=0 rotary" + n, make("llama", 0, 10000), S::llama, true},
   };
 }
 
@@ -188,8 +193,8 @@ int main(int argc, char** argv) {
       if (only >= 0 && static_cast<std::size_t>(only) != m) continue;
       if (diagnosed >= 0 && static_cast<std::size_t>(diagnosed) != m) continue;
       const DepthCase& k = models[m];
-      sigprop::InputSpec input;
-      input.measured = sigprop::Moments<double>{0, 1, 0.2, 0};
+      sigprop::InputSpec input = sigprop::with_architecture(sigprop::InputSpec{}, k.label.substr(0, k.label.find(' ')));
+      if (!k.embedding) input.measured = sigprop::Moments<double>{0, 1, 0.2, 0};
       const sigprop::ModelWeights w = sigprop::initialize(k.config, k.scheme, input);
       mc::SimulationSetup setup;
       setup.trials = trials;

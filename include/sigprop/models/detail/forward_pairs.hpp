@@ -1,18 +1,19 @@
 // sigprop/models/detail/forward_pairs.hpp -- the forward covariance of every
 // pair of positions of a causal Pre-LN stack, an L x L matrix C per row (per
-// hidden unit), from which trace() takes each row's length correlation
-// (docs/decoders.md, "Decoders at depth"). Per sublayer, at the averaged
+// hidden unit), from which trace() takes each row's variance and length
+// correlation (docs/decoders.md, "Decoders at depth"). Per sublayer, at the averaged
 // stream x (var_f, cov_f: the branch's closed form there; h = Norm(x)):
 //   R_im = n(C_im / sqrt(C_ii C_mm))      the norm at each position (n its correlation map),
 //   attention: Y = CausalAttention::value_pair_forward(h, h_var R),
-//              F_im = g (Y_im - Y1) + cov_f,   F_ii = g/(1 - p) (Y_ii - mean_i Y_ii) + var_f,
+//              F_im = g (Y_im - Y1_off) + cov_f,   F_ii = g/(1 - p) (Y_ii - Y1_diag) + var_f,
 //   FFN:       F_im = k(C_im / sqrt(C_ii C_mm)),   F_ii = var_f,
-//   C <- lambda^2 C + beta^2 F,   corr_len = mean_{i != m} C_im / mean_i C_ii,
-// g = d v_o the output projection's gain, p the block's dropout, Y1 the mean
-// of Y off the diagonal for one correlation between all positions (h's): the
-// score-driven terms and the biases stay the closed form's at the averaged
-// state, the value average takes the pairs. k(r) is the branch's (norm and
-// FFN) covariance at correlation r; n and k on a grid of correlations.
+//   C <- lambda^2 C + beta^2 F,   var = mean_i C_ii,   corr_len = mean_{i != m} C_im / var,
+// g = d v_o the output projection's gain, p the block's dropout, Y1_off and
+// Y1_diag the means of Y off and on the diagonal for one correlation between
+// all positions (h's): the score-driven terms and the biases stay the closed
+// form's at the averaged state, the value average takes the pairs. k(r) is
+// the branch's (norm and FFN) covariance at correlation r; n and k on a grid
+// of correlations.
 #pragma once
 
 #include <algorithm>
@@ -85,11 +86,11 @@ void correlations_through(const Eigen::MatrixXd& C, F f, Eigen::MatrixXd& R) {
 }
 
 /// The causal attention sublayer of a Pre-LN stack on the pairs C (in
-/// place) at the averaged stream x; returns the output's length correlation.
-inline double attention_pairs_forward(const StackShape<double>& s, const LayerWeights& w, const Moments<double>& x,
+/// place) at the averaged stream x.
+inline void attention_pairs_forward(const StackShape<double>& s, const LayerWeights& w, const Moments<double>& x,
                                       Eigen::MatrixXd& C, Eigen::MatrixXd& work) {
-  return with_attention_block(s, w, [&](auto block) {
-    return with_sublayer(s, w, Sublayer::attention, std::move(block), [&](const auto& sub) {
+  with_attention_block(s, w, [&](auto block) {
+    with_sublayer(s, w, Sublayer::attention, std::move(block), [&](const auto& sub) {
       const auto& branch = residual_of<double>(sub).branch();  // serial(norm, block)
       const auto& norm = branch.template part<0>();
       const auto& attention = branch.template part<1>();
@@ -107,29 +108,26 @@ inline double attention_pairs_forward(const StackShape<double>& s, const LayerWe
         work.diagonal().setConstant(h.var);
         work = head.value_pair_forward(h, std::move(work));
         const Eigen::MatrixXd& Y = work;
-        // Y's mean covariance at h's one correlation (value_pair_forward's
-        // weights summed: the mean over pairs of F_cov(i)/m is pair_cross).
-        const double one_corr = head.d_in() * head.v_var() *
-                                (h.cov_len() + (h.var - h.cov_len()) * head.softmax_sums(h).pair_cross);
-        const Eigen::ArrayXd own = (gain / keep) * (Y.diagonal().array() - pair_means(Y).diagonal) + f.var;
+        // Y's means at h's one correlation between all positions
+        Eigen::MatrixXd one = Eigen::MatrixXd::Constant(C.rows(), C.cols(), h.cov_len());
+        one.diagonal().setConstant(h.var);
+        const PairMeans Y1 = pair_means(head.value_pair_forward(h, std::move(one)));
+        const Eigen::ArrayXd own = (gain / keep) * (Y.diagonal().array() - Y1.diagonal) + f.var;
         const double skip2 = w.attn_skip * w.attn_skip, beta2 = w.attn_branch * w.attn_branch;
         const Eigen::ArrayXd diagonal = skip2 * C.diagonal().array() + beta2 * own;
-        C = skip2 * C + beta2 * (gain * Y.array() + (f.cov_len() - gain * one_corr)).matrix();
+        C = skip2 * C + beta2 * (gain * Y.array() + (f.cov_len() - gain * Y1.off)).matrix();
         C.diagonal() = diagonal.matrix();
-        return pair_means(C).corr();
-      } else {
-        return x.corr_len;  // (with_attention_block builds the causal block here)
-      }
+      }  // (else: with_attention_block builds the causal block here)
     });
   });
 }
 
 /// The FFN sublayer of a Pre-LN stack on the pairs C (in place) at the
-/// averaged stream x (Activation: scalar); returns the output's length correlation.
+/// averaged stream x (Activation: scalar).
 template <class Activation>
-double ffn_pairs_forward(const StackShape<double>& s, const LayerWeights& w, const Moments<double>& x,
+void ffn_pairs_forward(const StackShape<double>& s, const LayerWeights& w, const Moments<double>& x,
                          Eigen::MatrixXd& C, Eigen::MatrixXd& work) {
-  return on_sublayer<Activation>(s, w, Sublayer::ffn, [&](const auto& sub) {
+  on_sublayer<Activation>(s, w, Sublayer::ffn, [&](const auto& sub) {
     const auto& branch = residual_of<double>(sub).branch();  // serial(norm, FFN block)
     Eigen::MatrixXd& F = work;
     correlations_through(C, [&](double r) {
@@ -140,7 +138,6 @@ double ffn_pairs_forward(const StackShape<double>& s, const LayerWeights& w, con
     F.diagonal().setConstant(branch.forward(x).var);
     const double skip = w.ffn_skip, beta = w.ffn_branch;
     C = skip * skip * C + beta * beta * F;
-    return pair_means(C).corr();
   });
 }
 
@@ -220,6 +217,7 @@ void forward_pairs(ForwardPairs& p, Sublayer which, const StackShape<T>& s, cons
                    Moments<T>& out) {
   for (std::size_t i = 0; i < p.lanes.size(); ++i) {
     if (p.repeats[i]) {
+      set_lane(out.var, i, lane(out.var, i - 1));
       set_lane(out.corr_len, i, lane(out.corr_len, i - 1));
       continue;
     }
@@ -229,9 +227,13 @@ void forward_pairs(ForwardPairs& p, Sublayer which, const StackShape<T>& s, cons
     const LayerWeights weights = lane_weights(w, i);
     const Moments<double> at = lane_moments(x, i);
     using Scalar = typename scalar_activation<Activation>::type;
-    set_lane(out.corr_len, i,
-             which == Sublayer::attention ? attention_pairs_forward(one, weights, at, C, p.work)
-                                          : ffn_pairs_forward<Scalar>(one, weights, at, C, p.work));
+    if (which == Sublayer::attention)
+      attention_pairs_forward(one, weights, at, C, p.work);
+    else
+      ffn_pairs_forward<Scalar>(one, weights, at, C, p.work);
+    const PairMeans means = pair_means(C);
+    set_lane(out.var, i, means.diagonal);
+    set_lane(out.corr_len, i, means.corr());
   }
 }
 

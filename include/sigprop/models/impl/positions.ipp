@@ -20,27 +20,25 @@ namespace sigprop {
 
 namespace detail {
 
-// With `pair_correlations`, each position's corr_len from the pairs of
-// positions (where trace() carries them), else the closed form's.
+// Each position's variance and corr_len from the pairs of positions where
+// trace() carries them, else the closed form's.
 template <class Activation>
 PositionTrace trace_positions_with(const StackShape<double>& s, const std::vector<LayerWeights>& layers,
-                                   const Trace& averaged, std::vector<std::size_t> positions,
-                                   bool pair_correlations = true) {
+                                   const Trace& averaged, std::vector<std::size_t> positions) {
   const std::size_t N = s.layers, P = positions.size();
   PositionTrace p;
   p.positions = std::move(positions);
   p.rows.assign(N + 1, std::vector<Moments<double>>(P, averaged.rows[0].forward));
   p.mid.assign(N, std::vector<Moments<double>>(P));
-  // Each position's mean correlation with the others from the pairs of
-  // positions that trace() carries (forward_pairs.hpp), where it does.
-  ForwardPairs pairs;
-  if (pair_correlations) pairs = start_forward_pairs(s, layers, averaged.rows[0].forward);
+  // (forward_pairs.hpp)
+  ForwardPairs pairs = start_forward_pairs(s, layers, averaged.rows[0].forward);
   Eigen::MatrixXd* C = pairs.lanes.empty() || pairs.lanes[0].size() == 0 ? nullptr : &pairs.lanes[0];
-  const auto pair_corr = [&](std::vector<Moments<double>>& row) {
+  const auto from_pairs = [&](std::vector<Moments<double>>& row) {
     const Eigen::VectorXd inv = C->diagonal().unaryExpr([](double v) { return v > 0 ? 1 / std::sqrt(v) : 0.0; });
     const double others = double(C->rows() - 1);
     for (std::size_t j = 0; j < P; ++j) {
       const auto i = static_cast<Eigen::Index>(p.positions[j] - 1);
+      row[j].var = (*C)(i, i);
       row[j].corr_len = std::clamp(inv(i) * (C->col(i).dot(inv) - (*C)(i, i) * inv(i)) / others, -1.0, 1.0);
     }
   };
@@ -71,7 +69,7 @@ PositionTrace trace_positions_with(const StackShape<double>& s, const std::vecto
     });
     if (C) {
       attention_pairs_forward(s, w, averaged.rows[n].forward, *C, pairs.work);
-      pair_corr(p.mid[n]);
+      from_pairs(p.mid[n]);
     }
     on_sublayer<Activation>(s, w, Sublayer::ffn, [&](const auto& sub) {
       for (std::size_t j = 0; j < P; ++j) p.rows[n + 1][j] = sub.forward(p.mid[n][j]);
@@ -79,7 +77,7 @@ PositionTrace trace_positions_with(const StackShape<double>& s, const std::vecto
     });
     if (C) {
       ffn_pairs_forward<Activation>(s, w, averaged.mid[n].forward, *C, pairs.work);
-      pair_corr(p.rows[n + 1]);
+      from_pairs(p.rows[n + 1]);
     }
   }
   return p;
@@ -361,9 +359,9 @@ SIGPROP_DECL PositionGradientTrace trace_position_gradients(const ModelConfig& c
   const auto s = detail::shape_of(config);
   return detail::with_activation<double>(s.activation, [&](auto activation) {
     using Activation = typename decltype(activation)::type;
-    // every position's stream (trace_positions; its correlations are not used)
+    // every position's stream (trace_positions: the variances from the pairs of positions)
     const PositionTrace forward = detail::trace_positions_with<Activation>(
-        s, weights.layers, averaged, detail::checked_positions(fn, {}, config.seq_len), false);
+        s, weights.layers, averaged, detail::checked_positions(fn, {}, config.seq_len));
     return detail::trace_position_gradients_with<Activation>(s, weights.layers, averaged, forward,
                                                              std::move(positions));
   });
