@@ -233,4 +233,17 @@ void require_same_formula(const std::vector<Moments<double>>& inputs, const Grad
   }
 }
 
+/// `a` and `b` give the same forward and backward moments at (`in`, `g`)
+/// (variances to 1e-14 relative, correlations to 1e-14 absolute): two ways
+/// of writing one map.
+template <class A, class B>
+void check_same_map(const A& a, const B& b, const Moments<double>& in, const GradMoments<double>& g) {
+  const auto fa = a.forward(in), fb = b.forward(in);
+  CHECK(fa.var == Approx(fb.var).epsilon(1e-14));
+  CHECK(fa.corr_len == Approx(fb.corr_len).margin(1e-14));
+  const auto ga = a.backward(in, g), gb = b.backward(in, g);
+  CHECK(ga.var == Approx(gb.var).epsilon(1e-14));
+  CHECK(ga.corr_len == Approx(gb.corr_len).margin(1e-14));
+}
+
 }  // namespace sigprop::test

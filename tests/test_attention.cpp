@@ -886,12 +886,7 @@ TEST_CASE("Attention: logits over d_k are logits over sqrt(d_k) with Wq scaled b
   CHECK(plain.logit_scale() == LogitScale::inv_sqrt_dk);
   const Moments<double> in{0.2, 1.3, 0.4, 0.01};
   const GradMoments<double> g{1.2, 0.3};
-  const auto a = muP.forward(in), b = scaled.forward(in);
-  CHECK(a.var == Approx(b.var).epsilon(1e-14));
-  CHECK(a.corr_len == Approx(b.corr_len).margin(1e-14));
-  const auto ga = muP.backward(in, g), gb = scaled.backward(in, g);
-  CHECK(ga.var == Approx(gb.var).epsilon(1e-14));
-  CHECK(ga.corr_len == Approx(gb.corr_len).margin(1e-14));
+  sigprop::test::check_same_map(muP, scaled, in, g);
   const auto pa = muP.projection_grads(in, g), pb = scaled.projection_grads(in, g);
   CHECK(pa.query.var == Approx(pb.query.var / d_k).epsilon(1e-14));
   CHECK(pa.key.var == Approx(pb.key.var).epsilon(1e-14));

@@ -14,6 +14,7 @@ import sys
 import sigprop
 
 out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+out.mkdir(parents=True, exist_ok=True)
 repository = pathlib.Path(__file__).resolve().parents[2]
 
 # 1. A model: 48 Post-LN layers of BERT-base's width (every field: print(config)).
