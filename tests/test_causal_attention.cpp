@@ -300,7 +300,8 @@ TEST_CASE("CausalAttention: value_pair_forward is value_pair_backward's transpos
   // over the queries: <U, forward(V)> / (d_in v_var) = <backward(U), V> / (d_k v_var)
   // for any U and V. With one correlation r for every pair of values, the
   // mean covariance of two outputs is d_in v_var (r + (1 - r) pair_cross)
-  // (the closed form's value average; docs/decoders.md, "Decoders at depth").
+  // (the closed form's value average; docs/decoders.md, "Decoders at depth"),
+  // and value_pair_means gives the same means and those of the diagonal.
   const int L = 37;
   for (double p : {0.0, 0.15}) {
     const CausalAttention<double> ca(64, 16, L, 2.0 / 64, 1.0 / 64, 1.5 / 64, p);
@@ -322,6 +323,13 @@ TEST_CASE("CausalAttention: value_pair_forward is value_pair_backward's transpos
     const double off = (out.sum() - out.trace()) / (L * (L - 1.0));
     CHECK(off == Approx(ca.d_in() * ca.v_var() * (r + (1 - r) * ca.softmax_sums(in).pair_cross)).epsilon(1e-12));
     CHECK(out.isApprox(out.transpose(), 1e-12));
+    // value_pair_means: the same means at in's own correlation, in O(L).
+    Eigen::MatrixXd own = Eigen::MatrixXd::Constant(L, L, in.cov_len());
+    own.diagonal().setConstant(in.var);
+    const Eigen::MatrixXd at_in = ca.value_pair_forward(in, own);
+    const auto [diagonal, off_in] = ca.value_pair_means(in);
+    CHECK(diagonal == Approx(at_in.trace() / L).epsilon(1e-12));
+    CHECK(off_in == Approx((at_in.sum() - at_in.trace()) / (L * (L - 1.0))).epsilon(1e-12));
     // Position 1 reads only its own value.
     CHECK(out(0, 0) == Approx(ca.d_in() * ca.v_var() / (1 - p)).epsilon(1e-12));
   }

@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>
@@ -265,6 +266,23 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
     }
     out *= this->d_in() * this->v_var();
     return values;
+  }
+
+  /// value_pair_forward's means on and off the diagonal for values of one
+  /// correlation between all positions (in's variance and length
+  /// covariance), O(L): the closed form's value average,
+  ///   diagonal = d_in v_var mean_i (S2_i var / (1 - p) + (1 - S2_i) cov),
+  ///   off      = d_in v_var (cov + (var - cov) pair_cross).
+  std::pair<T, T> value_pair_means(const Moments<T>& in) const {
+    static_assert(is_scalar_v<T>, "sigprop::CausalAttention: per-position results are for scalar T");
+    require_moments(name, in);
+    const detail::CausalProfile<Real> f = detail::causal_profile_of(this->params(), in);
+    const T var = in.var, cov = in.cov_len(), keep = 1 - this->p();
+    T diagonal = 0;
+    for (const Real s2 : f.sum_sq) diagonal += T(s2) * var / keep + (1 - T(s2)) * cov;
+    diagonal /= static_cast<T>(f.sum_sq.size());
+    const T off = cov + (var - cov) * softmax_sums(in).pair_cross, gain = this->d_in() * this->v_var();
+    return {gain * diagonal, gain * off};
   }
 
  private:

@@ -108,14 +108,11 @@ inline void attention_pairs_forward(const StackShape<double>& s, const LayerWeig
         work.diagonal().setConstant(h.var);
         work = head.value_pair_forward(h, std::move(work));
         const Eigen::MatrixXd& Y = work;
-        // Y's means at h's one correlation between all positions
-        Eigen::MatrixXd one = Eigen::MatrixXd::Constant(C.rows(), C.cols(), h.cov_len());
-        one.diagonal().setConstant(h.var);
-        const PairMeans Y1 = pair_means(head.value_pair_forward(h, std::move(one)));
-        const Eigen::ArrayXd own = (gain / keep) * (Y.diagonal().array() - Y1.diagonal) + f.var;
+        const auto [Y1_diagonal, Y1_off] = head.value_pair_means(h);  // at h's one correlation
+        const Eigen::ArrayXd own = (gain / keep) * (Y.diagonal().array() - Y1_diagonal) + f.var;
         const double skip2 = w.attn_skip * w.attn_skip, beta2 = w.attn_branch * w.attn_branch;
         const Eigen::ArrayXd diagonal = skip2 * C.diagonal().array() + beta2 * own;
-        C = skip2 * C + beta2 * (gain * Y.array() + (f.cov_len() - gain * Y1.off)).matrix();
+        C = skip2 * C + beta2 * (gain * Y.array() + (f.cov_len() - gain * Y1_off)).matrix();
         C.diagonal() = diagonal.matrix();
       }  // (else: with_attention_block builds the causal block here)
     });
