@@ -1,6 +1,7 @@
 // decoder_depth -- decoders at depth (docs/decoders.md, "Decoders at depth"):
 // gpt2- and llama-style stacks of 12, 24 and 48 layers, with and without
-// rotary embeddings and dropout, Xavier and DeepScaleLM, against the
+// rotary embeddings and dropout, Xavier and DeepScaleLM (and GPT-2's and
+// Llama's own initializations from their embeddings), against the
 // whole-model simulation (montecarlo::simulate_model with the position
 // pairs). Per model, over the rows n = 0..N:
 //   forward variance, relative error p50 / p90 (trace(); its average over the
@@ -20,9 +21,10 @@
 // value average under uniform causal weights, against that of one
 // correlation for every pair (docs/decoders.md, "Decoders at depth").
 //
-// --seq L gives every model L tokens instead of 64.
+// --seq L gives every model L tokens instead of 64, --d D the width D
+// instead of 128.
 //
-//   decoder_depth [--trials N] [--seed X] [--layers 12,24,48] [--seq L] [--only I] [--profile 1] [--diagnose I]
+//   decoder_depth [--trials N] [--seed X] [--layers 12,24,48] [--seq L] [--d D] [--only I] [--profile 1] [--diagnose I]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -43,15 +45,17 @@ struct DepthCase {
   std::string label;
   sigprop::ModelConfig config;
   sigprop::Scheme scheme;
+  bool embedding = false;  // the input from the preset's embedding tables, not variance 1 and correlation 0.2
 };
 
-// The models at depth N: d = 128, H = 2, L tokens, input variance 1 and
-// length correlation 0.2.
-std::vector<DepthCase> depth_models(std::size_t N, std::size_t L) {
-  const auto make = [N, L](const char* arch, double dropout, double rotary) {
+// The models at depth N: width d (128), H = 2, L tokens, input variance 1 and
+// length correlation 0.2; under the gpt2 and llama schemes (std 0.02) the
+// input is the preset's embedding instead.
+std::vector<DepthCase> depth_models(std::size_t N, std::size_t L, std::size_t d) {
+  const auto make = [N, L, d](const char* arch, double dropout, double rotary) {
     sigprop::ModelConfig c;
     c.layers = N;
-    c.d = 128;
+    c.d = d;
     c.heads = 2;
     c.seq_len = L;
     c = sigprop::with_architecture(c, arch);
@@ -60,7 +64,8 @@ std::vector<DepthCase> depth_models(std::size_t N, std::size_t L) {
     return c;
   };
   using S = sigprop::Scheme;
-  const std::string n = " N=" + std::to_string(N) + (L == 64 ? "" : " L=" + std::to_string(L));
+  const std::string n = " N=" + std::to_string(N) + (L == 64 ? "" : " L=" + std::to_string(L)) +
+                        (d == 128 ? "" : " d=" + std::to_string(d));
   return {
       {"gpt2 xavier p=0.1" + n, make("gpt2", 0.1, 0), S::xavier},
       {"gpt2 xavier p=0 rotary" + n, make("gpt2", 0, 10000), S::xavier},
@@ -68,6 +73,8 @@ std::vector<DepthCase> depth_models(std::size_t N, std::size_t L) {
       {"llama xavier p=0" + n, make("llama", 0, 0), S::xavier},
       {"llama xavier p=0.1 rotary" + n, make("llama", 0.1, 10000), S::xavier},
       {"llama dslm p=0 rotary" + n, make("llama", 0, 10000), S::dslm},
+      {"gpt2 gpt2 p=0.1" + n, make("gpt2", 0.1, 0), S::gpt2, true},
+      {"llama llama p=0 rotary" + n, make("llama", 0, 10000), S::llama, true},
   };
 }
 
@@ -154,7 +161,7 @@ int main(int argc, char** argv) {
   std::size_t trials = 32;
   std::uint64_t seed = 5;
   std::vector<std::size_t> depths = {12, 24, 48};
-  std::size_t seq_len = 64;
+  std::size_t seq_len = 64, width = 128;
   long only = -1, diagnosed = -1;
   bool profile = false;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -162,6 +169,7 @@ int main(int argc, char** argv) {
     if (flag == "--trials") trials = std::strtoul(value.c_str(), nullptr, 10);
     else if (flag == "--seed") seed = std::strtoull(value.c_str(), nullptr, 10);
     else if (flag == "--seq") seq_len = std::strtoul(value.c_str(), nullptr, 10);
+    else if (flag == "--d") width = std::strtoul(value.c_str(), nullptr, 10);
     else if (flag == "--only") only = std::strtol(value.c_str(), nullptr, 10);
     else if (flag == "--profile") profile = value == "1";
     else if (flag == "--diagnose") diagnosed = std::strtol(value.c_str(), nullptr, 10);
@@ -183,13 +191,13 @@ int main(int argc, char** argv) {
               "corr p90 fwd / grad |\n|---|---|---|---|---|---|---|---|---|\n");
   std::vector<std::string> profiles;
   for (std::size_t N : depths) {
-    const auto models = depth_models(N, seq_len);
+    const auto models = depth_models(N, seq_len, width);
     for (std::size_t m = 0; m < models.size(); ++m) {
       if (only >= 0 && static_cast<std::size_t>(only) != m) continue;
       if (diagnosed >= 0 && static_cast<std::size_t>(diagnosed) != m) continue;
       const DepthCase& k = models[m];
-      sigprop::InputSpec input;
-      input.measured = sigprop::Moments<double>{0, 1, 0.2, 0};
+      sigprop::InputSpec input = sigprop::with_architecture(sigprop::InputSpec{}, k.label.substr(0, k.label.find(' ')));
+      if (!k.embedding) input.measured = sigprop::Moments<double>{0, 1, 0.2, 0};
       const sigprop::ModelWeights w = sigprop::initialize(k.config, k.scheme, input);
       mc::SimulationSetup setup;
       setup.trials = trials;

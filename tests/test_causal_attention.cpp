@@ -295,6 +295,54 @@ TEST_CASE("CausalAttention: value_pair_backward's diagonal is position_backward'
   CHECK(message(bad).find("upstream(3, 5) = nan") != std::string::npos);
 }
 
+TEST_CASE("CausalAttention: value_pair_forward is value_pair_backward's transpose", "[causal]") {
+  // Both sum the same weights E[A_ik A_mk'], one over the keys, the other
+  // over the queries: <U, forward(V)> / (d_in v_var) = <backward(U), V> / (d_k v_var)
+  // for any U and V. With one correlation r for every pair of values, the
+  // mean covariance of two outputs is d_in v_var (r + (1 - r) pair_cross)
+  // (the closed form's value average; docs/decoders.md, "Decoders at depth"),
+  // and value_pair_means gives the same means and those of the diagonal.
+  const int L = 37;
+  for (double p : {0.0, 0.15}) {
+    const CausalAttention<double> ca(64, 16, L, 2.0 / 64, 1.0 / 64, 1.5 / 64, p);
+    const Moments<double> in{0.2, 1.3, 0.35, 0};
+    Eigen::MatrixXd U(L, L), V(L, L);
+    for (int i = 0; i < L; ++i)
+      for (int m = 0; m < L; ++m) {
+        U(i, m) = (i == m ? 2.0 : 0.3 * std::cos(0.7 * i - 0.2 * m)) + 1.0 / (1 + i + m);
+        V(i, m) = i == m ? 1 + 5.0 / (i + 1) : 0.6 * std::pow(0.9, std::abs(i - m)) + 0.04 * std::sin(i * m);
+      }
+    const Eigen::MatrixXd forward = ca.value_pair_forward(in, V), backward = ca.value_pair_backward(in, U);
+    const double through_keys = (U.array() * forward.array()).sum() / (ca.d_in() * ca.v_var()),
+                 through_queries = (backward.array() * V.array()).sum() / (ca.d_k() * ca.v_var());
+    CHECK(through_keys == Approx(through_queries).epsilon(1e-12));
+    const double r = 0.3;
+    Eigen::MatrixXd uniform = Eigen::MatrixXd::Constant(L, L, r);
+    uniform.diagonal().setOnes();
+    const Eigen::MatrixXd out = ca.value_pair_forward(in, uniform);
+    const double off = (out.sum() - out.trace()) / (L * (L - 1.0));
+    CHECK(off == Approx(ca.d_in() * ca.v_var() * (r + (1 - r) * ca.softmax_sums(in).pair_cross)).epsilon(1e-12));
+    CHECK(out.isApprox(out.transpose(), 1e-12));
+    // value_pair_means: the same means at in's own correlation, in O(L).
+    Eigen::MatrixXd own = Eigen::MatrixXd::Constant(L, L, in.cov_len());
+    own.diagonal().setConstant(in.var);
+    const Eigen::MatrixXd at_in = ca.value_pair_forward(in, own);
+    const auto [diagonal, off_in] = ca.value_pair_means(in);
+    CHECK(diagonal == Approx(at_in.trace() / L).epsilon(1e-12));
+    CHECK(off_in == Approx((at_in.sum() - at_in.trace()) / (L * (L - 1.0))).epsilon(1e-12));
+    // Position 1 reads only its own value.
+    CHECK(out(0, 0) == Approx(ca.d_in() * ca.v_var() / (1 - p)).epsilon(1e-12));
+  }
+  const CausalAttention<double> ca(64, 16, 8, 1.0 / 64, 1.0 / 64, 1.0 / 64);
+  try {
+    (void)ca.value_pair_forward({0, 1, 0.2, 0}, Eigen::MatrixXd::Identity(7, 7));
+    FAIL("no error");
+  } catch (const sigprop::domain_error& e) {
+    CHECK(std::string(e.what()).find("values is 7 x 7, outside the valid range {seq_len x seq_len = 8 x 8}") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("CausalAttention: the key-count grid reproduces the profile at every count", "[causal]") {
   // Beyond 64 keys the per-query factors are evaluated on a geometric grid
   // (ratio 2^(1/16)) and interpolated (cubic in log n). Measured largest

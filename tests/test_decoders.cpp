@@ -69,7 +69,10 @@ TEST_CASE("decoders: DeepScaleLM gives every block unit output variance", "[deco
       INFO(arch << " layer " << n);
       CHECK(t.mid[n - 1].branch_var == Approx(1).epsilon(1e-9));
       CHECK(t.rows[n].branch_var == Approx(1).epsilon(1e-9));
-      CHECK(t.rows[n].forward.var == Approx(1).epsilon(1e-9));  // lambda^2 + beta^2 = 1
+      // lambda^2 + beta^2 = 1 at the averaged state; the row's variance is
+      // the pairs of positions' (docs/decoders.md), where each position's
+      // value average has its own variance: within 2 % of it.
+      CHECK(t.rows[n].forward.var == Approx(1).epsilon(0.02));
     }
   }
 }

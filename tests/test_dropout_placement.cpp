@@ -94,14 +94,15 @@ TEST_CASE("dropout placement: attention dropout apart from the residual dropout"
 
 TEST_CASE("dropout placement: gated FFN (Llama) with hidden and output dropout", "[dropout][decoders][montecarlo]") {
   // Dropout on the gated product act(x W1) * (x V); without it the
-  // correlation is 0.02-0.04 high in rows 2-4.
+  // correlation is 0.02-0.03 high in rows 2-4 (256 trials: the band of
+  // 4 standard errors plus 0.01 is 0.023 there).
   ModelConfig c = encoder(Arch::pre_ln);
   c = with_architecture(c, "llama");
   c.dropout = 0.1;
   c.ffn_dropout = 0.3;
   ModelConfig without = c;
   without.ffn_dropout = 0;
-  const Misses m = check_rows("llama ffn dropout 0.3", run(c, without, 128, 13));
+  const Misses m = check_rows("llama ffn dropout 0.3", run(c, without, 256, 13));
   CHECK(m.corr >= 2);
 }
 

@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>
@@ -192,28 +193,11 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
   Matrix value_pair_backward(const Moments<T>& in, const Matrix& upstream) const {
     static_assert(is_scalar_v<T>, "sigprop::CausalAttention: per-position results are for scalar T");
     require_moments(name, in);
-    const detail::CausalProfile<Real> f = detail::causal_profile_of(this->params(), in);
-    const Eigen::Index L = static_cast<Eigen::Index>(f.sum_sq.size());
-    require_upstream(upstream, L);
-    const T keep = 1 - this->p();
-    // The weights of k = k' (same) and of k != k' (other) for the queries at
-    // indices a < b (positions i = a + 1 < m = b + 1), symmetric in (a, b):
-    //   same = F_cov(i) / (i m),  other = 1/(i (m - 1)) - F_cov(i) / (i m (m - 1)),
-    // as products of per-index vectors; on the diagonal the S2_i forms.
-    using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
-    Array inv_i(L), cross_i(L), inv_m1(L), inv_mm1(L);  // 1/i, F_cov(i)/i, 1/(i - 1), 1/(i (i - 1))
-    for (Eigen::Index a = 0; a < L; ++a) {
-      const T i = static_cast<T>(a + 1);
-      inv_i(a) = 1 / i;
-      cross_i(a) = T(f.cross[a]) / i;
-      inv_m1(a) = a == 0 ? T(0) : 1 / (i - 1);
-      inv_mm1(a) = a == 0 ? T(0) : 1 / (i * (i - 1));
-    }
-    const auto same_diagonal = [&](Eigen::Index a) { return T(f.sum_sq[a]) / (static_cast<T>(a + 1) * keep); };
-    const auto other_diagonal = [&](Eigen::Index a) {
-      const T i = static_cast<T>(a + 1);
-      return a == 0 ? T(0) : (1 - T(f.sum_sq[a])) / (i * (i - 1));
-    };
+    const PairWeights w(detail::causal_profile_of(this->params(), in), 1 - this->p());
+    const Eigen::Index L = w.size();
+    require_pairs(upstream, L, "upstream");
+    const auto &inv_i = w.inv_i, &cross_i = w.cross_i, &inv_m1 = w.inv_m1, &inv_mm1 = w.inv_mm1;
+    using Array = typename PairWeights::Array;
     // Off the diagonal: the suffix sums S(k, k') = sum_{i >= k, m >= k'} of
     // upstream * other, down each column, then across the columns.
     Matrix out(L, L);
@@ -221,7 +205,7 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
       const Eigen::Index below = L - b - 1;
       out.col(b).head(b).array() =
           upstream.col(b).head(b).array() * (inv_i.head(b) * inv_m1(b) - cross_i.head(b) * inv_mm1(b));
-      out(b, b) = upstream(b, b) * other_diagonal(b);
+      out(b, b) = upstream(b, b) * w.other_diagonal(b);
       out.col(b).tail(below).array() =
           upstream.col(b).tail(below).array() * (inv_i(b) * inv_m1.tail(below) - cross_i(b) * inv_mm1.tail(below));
     }
@@ -234,7 +218,7 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
     for (Eigen::Index b = 0; b < L; ++b) {
       const Eigen::Index below = L - b - 1;
       t.head(b) += upstream.col(b).head(b).array() * cross_i.head(b) * inv_i(b);
-      t(b) += upstream(b, b) * same_diagonal(b) +
+      t(b) += upstream(b, b) * w.same_diagonal(b) +
               cross_i(b) * (upstream.col(b).tail(below).array() * inv_i.tail(below)).sum();
     }
     T diagonal = 0;
@@ -243,7 +227,100 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
     return out;
   }
 
+  /// The value path's output covariance between positions (scalar T): entry
+  /// (i - 1, m - 1) for queries i, m = 1..L, per output unit, for values whose
+  /// covariance between positions k and k' is `values(k - 1, k' - 1)` per
+  /// input unit (any structure). With value_pair_backward's weights,
+  ///   out(i, m) = d_in v_var sum_{k <= i, k' <= m} E[A_ik A_mk'] values(k, k')
+  ///             = d_in v_var (same(i, m) D(j) + other(i, m) (S(i, m) - D(j))),  j = min(i, m),
+  /// S the two-dimensional prefix sums of `values`, D those of its diagonal:
+  /// O(L^2). The scores are taken as independent of the values' pairs
+  /// (docs/decoders.md, "Decoders at depth"). Validated like forward();
+  /// `values` as `upstream` in value_pair_backward (passed by value: a
+  /// moved-in matrix becomes the result, without another L x L).
+  Matrix value_pair_forward(const Moments<T>& in, Matrix values) const {
+    static_assert(is_scalar_v<T>, "sigprop::CausalAttention: per-position results are for scalar T");
+    require_moments(name, in);
+    const PairWeights w(detail::causal_profile_of(this->params(), in), 1 - this->p());
+    const Eigen::Index L = w.size();
+    require_pairs(values, L, "values");
+    using Array = typename PairWeights::Array;
+    Array D(L);
+    T running = 0;
+    for (Eigen::Index a = 0; a < L; ++a) D(a) = running += values(a, a);
+    Matrix& out = values;  // the prefix sums, then the result, in place
+    for (Eigen::Index b = 0; b < L; ++b)
+      for (Eigen::Index a = 1; a < L; ++a) out(a, b) += out(a - 1, b);
+    for (Eigen::Index b = 1; b < L; ++b) out.col(b) += out.col(b - 1);
+    for (Eigen::Index b = 0; b < L; ++b) {
+      const Eigen::Index below = L - b - 1;
+      // rows a < b: the earlier query is a; rows a > b: it is b
+      const Array same_above = w.cross_i.head(b) * w.inv_i(b),
+                  other_above = w.inv_i.head(b) * w.inv_m1(b) - w.cross_i.head(b) * w.inv_mm1(b);
+      out.col(b).head(b).array() =
+          same_above * D.head(b) + other_above * (out.col(b).head(b).array() - D.head(b));
+      out(b, b) = w.same_diagonal(b) * D(b) + w.other_diagonal(b) * (out(b, b) - D(b));
+      const Array same_below = w.cross_i(b) * w.inv_i.tail(below),
+                  other_below = w.inv_i(b) * w.inv_m1.tail(below) - w.cross_i(b) * w.inv_mm1.tail(below);
+      out.col(b).tail(below).array() = same_below * D(b) + other_below * (out.col(b).tail(below).array() - D(b));
+    }
+    out *= this->d_in() * this->v_var();
+    return values;
+  }
+
+  /// value_pair_forward's means on and off the diagonal for values of one
+  /// correlation between all positions (in's variance and length
+  /// covariance), O(L): the closed form's value average,
+  ///   diagonal = d_in v_var mean_i (S2_i var / (1 - p) + (1 - S2_i) cov),
+  ///   off      = d_in v_var (cov + (var - cov) pair_cross).
+  std::pair<T, T> value_pair_means(const Moments<T>& in) const {
+    static_assert(is_scalar_v<T>, "sigprop::CausalAttention: per-position results are for scalar T");
+    require_moments(name, in);
+    const detail::CausalProfile<Real> f = detail::causal_profile_of(this->params(), in);
+    const T var = in.var, cov = in.cov_len(), keep = 1 - this->p();
+    T diagonal = 0;
+    for (const Real s2 : f.sum_sq) diagonal += T(s2) * var / keep + (1 - T(s2)) * cov;
+    diagonal /= static_cast<T>(f.sum_sq.size());
+    const T off = cov + (var - cov) * softmax_sums(in).pair_cross, gain = this->d_in() * this->v_var();
+    return {gain * diagonal, gain * off};
+  }
+
  private:
+  // The weights E[A_ik A_mk'] of two queries i < m (value_pair_backward's
+  // formulas) as products of per-index vectors, index a = i - 1:
+  //   same = E[A_ik A_mk] = cross_i(a) inv_i(b),
+  //   other = E[A_ik A_mk'] = inv_i(a) inv_m1(b) - cross_i(a) inv_mm1(b)   (k != k'),
+  // and on the diagonal same_diagonal(a) = S2_i/(i (1 - p)), other_diagonal(a) = (1 - S2_i)/(i (i - 1)).
+  struct PairWeights {
+    using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
+    Array inv_i, cross_i, inv_m1, inv_mm1;  // 1/i, F_cov(i)/i, 1/(i - 1), 1/(i (i - 1))
+    std::vector<Real> sum_sq;
+    T keep;
+
+    PairWeights(const detail::CausalProfile<Real>& f, const T& keep_) : sum_sq(f.sum_sq), keep(keep_) {
+      const Eigen::Index L = static_cast<Eigen::Index>(f.sum_sq.size());
+      inv_i.resize(L);
+      cross_i.resize(L);
+      inv_m1.resize(L);
+      inv_mm1.resize(L);
+      for (Eigen::Index a = 0; a < L; ++a) {
+        const T i = static_cast<T>(a + 1);
+        inv_i(a) = 1 / i;
+        cross_i(a) = T(f.cross[static_cast<std::size_t>(a)]) / i;
+        inv_m1(a) = a == 0 ? T(0) : 1 / (i - 1);
+        inv_mm1(a) = a == 0 ? T(0) : 1 / (i * (i - 1));
+      }
+    }
+    Eigen::Index size() const { return inv_i.size(); }
+    T same_diagonal(Eigen::Index a) const {
+      return T(sum_sq[static_cast<std::size_t>(a)]) / (static_cast<T>(a + 1) * keep);
+    }
+    T other_diagonal(Eigen::Index a) const {
+      const T i = static_cast<T>(a + 1);
+      return a == 0 ? T(0) : (1 - T(sum_sq[static_cast<std::size_t>(a)])) / (i * (i - 1));
+    }
+  };
+
   GradMoments<T> backward_with(const Moments<T>& in, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
                                const GradMoments<T>& g) const {
     return detail::attention_backward(this->params(), this->gradient(), in, a, s, g, detail::CausalMask::value_key_cross);
@@ -256,19 +333,19 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
     return tail;
   }
 
-  // `upstream` is L x L, with a non-negative diagonal, finite.
-  static void require_upstream(const Matrix& upstream, Eigen::Index L) {
+  // `upstream` (named `what`) is L x L, with a non-negative diagonal, finite.
+  static void require_pairs(const Matrix& upstream, Eigen::Index L, const std::string& what) {
     if (upstream.rows() != L || upstream.cols() != L)
-      detail::raise_domain(name, "upstream is " + std::to_string(upstream.rows()) + " x " +
+      detail::raise_domain(name, what + " is " + std::to_string(upstream.rows()) + " x " +
                                      std::to_string(upstream.cols()) +
                                      ", outside the valid range {seq_len x seq_len = " + std::to_string(L) + " x " +
                                      std::to_string(L) + "}");
-    for (Eigen::Index i = 0; i < L; ++i) require_variance(name, "upstream(i, i)", upstream(i, i));
+    for (Eigen::Index i = 0; i < L; ++i) require_variance(name, (what + "(i, i)").c_str(), upstream(i, i));
     if (!upstream.allFinite())  // then find the first entry, column by column
       for (Eigen::Index m = 0; m < L; ++m)
         for (Eigen::Index i = 0; i < L; ++i)
           if (!std::isfinite(upstream(i, m)))
-            detail::raise_domain(name, "upstream(" + std::to_string(i) + ", " + std::to_string(m) + ")",
+            detail::raise_domain(name, what + "(" + std::to_string(i) + ", " + std::to_string(m) + ")",
                                  double(upstream(i, m)), "(-inf, inf)");
   }
 };

@@ -44,8 +44,12 @@ struct PositionGradientTrace {
 /// Each position's forward moments through a decoder stack (config.causal):
 /// every position 1..L, or only `positions` (1-based, increasing, each in
 /// [1, seq_len]; a few positions of a long sequence cost O(N) sublayer
-/// evaluations each, plus the heads' O(N L) profile). With every position,
-/// the average of rows[n] is trace(config, weights).rows[n].forward.
+/// evaluations each, plus the heads' O(N L) profile and, where trace()
+/// carries the pairs of positions, their O(N L^2)). With every position, the
+/// average of the variances of rows[n] is trace(config, weights).rows[n].forward.var;
+/// corr_len is the position's mean correlation with the others, from the
+/// pairs of positions where trace() carries them (Pre-LN, at most
+/// max_forward_pair_positions tokens).
 SIGPROP_DECL PositionTrace trace_positions(const ModelConfig& config, const ModelWeights& weights,
                                            std::vector<std::size_t> positions = {});
 

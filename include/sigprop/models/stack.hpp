@@ -78,9 +78,18 @@ inline DomainSummary outside_domain(const Trace& t, const DomainLimits& limits =
   return s;
 }
 
+/// The longest sequence whose pairs of positions trace() carries for a
+/// causal Pre-LN stack (an L x L covariance per row, O(N L^2); beyond it the
+/// length correlation is the closed forms' alone, docs/decoders.md, "Decoders
+/// at depth").
+inline constexpr std::size_t max_forward_pair_positions = 2048;
+
 /// The per-layer trace of a model of shape `config` initialized with
 /// `weights`, given the gradient moments at the model output (default:
-/// variance 1, correlation 0).
+/// variance 1, correlation 0). For a causal Pre-LN stack of at most
+/// max_forward_pair_positions tokens, every row's length correlation is the
+/// mean over the pairs of positions of their covariance, carried through the
+/// stack (the rows' variances and gradients are taken at it).
 SIGPROP_DECL Trace trace(const ModelConfig& config, const ModelWeights& weights,
                          const GradMoments<double>& grad_top = {1, 0});
 

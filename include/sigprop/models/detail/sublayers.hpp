@@ -64,6 +64,10 @@ struct BatchLayerWeights {
     return std::tie(q, k, v, o, ffn1, ffn2, ffn_gate, attn_skip, attn_branch, ffn_skip, ffn_branch, q_bias, k_bias,
                     v_bias, o_bias, ffn1_bias, ffn2_bias, ffn_gate_bias);
   }
+  auto fields() const {
+    return std::tie(q, k, v, o, ffn1, ffn2, ffn_gate, attn_skip, attn_branch, ffn_skip, ffn_branch, q_bias, k_bias,
+                    v_bias, o_bias, ffn1_bias, ffn2_bias, ffn_gate_bias);
+  }
 };
 
 namespace detail {

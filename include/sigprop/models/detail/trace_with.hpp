@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "sigprop/models/detail/forward_pairs.hpp"
 #include "sigprop/models/detail/sublayers.hpp"
 #include "sigprop/models/stack.hpp"
 
@@ -86,11 +87,15 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
     row.residual_share = f.residual_share;
     row.domain = f.domain;
   };
+  // Causal Pre-LN: each row's length correlation from the pairs of positions.
+  ForwardPairs pairs = start_forward_pairs(s, layers, input);
   for (std::size_t n = 0; n < N; ++n) {
     t.mid[n].layer = n + 1;
     record(t.mid[n], attention_forward(s, layers[n], t.rows[n].forward, attention_records));
+    forward_pairs<Activation>(pairs, Sublayer::attention, s, layers[n], t.rows[n].forward, t.mid[n].forward);
     t.rows[n + 1].layer = n + 1;
     record(t.rows[n + 1], ffn_forward<Activation>(s, layers[n], t.mid[n].forward, ffn_records));
+    forward_pairs<Activation>(pairs, Sublayer::ffn, s, layers[n], t.mid[n].forward, t.rows[n + 1].forward);
     t.rows[n + 1].domain = t.mid[n].domain.worst(t.rows[n + 1].domain);
   }
   t.output = t.rows[N];

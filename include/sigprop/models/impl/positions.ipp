@@ -12,6 +12,7 @@
 
 #include <Eigen/Core>
 
+#include "sigprop/models/detail/forward_pairs.hpp"
 #include "sigprop/models/detail/sublayers.hpp"
 #include "sigprop/models/positions.hpp"
 
@@ -19,6 +20,8 @@ namespace sigprop {
 
 namespace detail {
 
+// Each position's variance and corr_len from the pairs of positions where
+// trace() carries them, else the closed form's.
 template <class Activation>
 PositionTrace trace_positions_with(const StackShape<double>& s, const std::vector<LayerWeights>& layers,
                                    const Trace& averaged, std::vector<std::size_t> positions) {
@@ -27,6 +30,18 @@ PositionTrace trace_positions_with(const StackShape<double>& s, const std::vecto
   p.positions = std::move(positions);
   p.rows.assign(N + 1, std::vector<Moments<double>>(P, averaged.rows[0].forward));
   p.mid.assign(N, std::vector<Moments<double>>(P));
+  // (forward_pairs.hpp)
+  ForwardPairs pairs = start_forward_pairs(s, layers, averaged.rows[0].forward);
+  Eigen::MatrixXd* C = pairs.lanes.empty() || pairs.lanes[0].size() == 0 ? nullptr : &pairs.lanes[0];
+  const auto from_pairs = [&](std::vector<Moments<double>>& row) {
+    const Eigen::VectorXd inv = C->diagonal().unaryExpr([](double v) { return v > 0 ? 1 / std::sqrt(v) : 0.0; });
+    const double others = double(C->rows() - 1);
+    for (std::size_t j = 0; j < P; ++j) {
+      const auto i = static_cast<Eigen::Index>(p.positions[j] - 1);
+      row[j].var = (*C)(i, i);
+      row[j].corr_len = std::clamp(inv(i) * (C->col(i).dot(inv) - (*C)(i, i) * inv(i)) / others, -1.0, 1.0);
+    }
+  };
   for (std::size_t n = 0; n < N; ++n) {
     const LayerWeights& w = layers[n];
     with_block<Activation>(s, w, Sublayer::attention, [&](const auto& block) {
@@ -52,10 +67,18 @@ PositionTrace trace_positions_with(const StackShape<double>& s, const std::vecto
       }
       return 0;
     });
+    if (C) {
+      attention_pairs_forward(s, w, averaged.rows[n].forward, *C, pairs.work);
+      from_pairs(p.mid[n]);
+    }
     on_sublayer<Activation>(s, w, Sublayer::ffn, [&](const auto& sub) {
       for (std::size_t j = 0; j < P; ++j) p.rows[n + 1][j] = sub.forward(p.mid[n][j]);
       return 0;
     });
+    if (C) {
+      ffn_pairs_forward<Activation>(s, w, averaged.mid[n].forward, *C, pairs.work);
+      from_pairs(p.rows[n + 1]);
+    }
   }
   return p;
 }
@@ -333,10 +356,12 @@ SIGPROP_DECL PositionGradientTrace trace_position_gradients(const ModelConfig& c
                          "[" + detail::format_number(lowest) +
                              ", 1] (-1/(seq_len - 1): below it no L positions' gradients have that correlation)");
   positions = detail::checked_positions(fn, std::move(positions), config.seq_len);
-  const PositionTrace forward = trace_positions(config, weights);
   const auto s = detail::shape_of(config);
   return detail::with_activation<double>(s.activation, [&](auto activation) {
     using Activation = typename decltype(activation)::type;
+    // every position's stream (trace_positions: the variances from the pairs of positions)
+    const PositionTrace forward = detail::trace_positions_with<Activation>(
+        s, weights.layers, averaged, detail::checked_positions(fn, {}, config.seq_len));
     return detail::trace_position_gradients_with<Activation>(s, weights.layers, averaged, forward,
                                                              std::move(positions));
   });

@@ -13,6 +13,7 @@
 #include "sigprop/components/dropout.hpp"
 #include "sigprop/components/embedding.hpp"
 #include "sigprop/components/layernorm.hpp"
+#include "sigprop/models/detail/forward_pairs.hpp"
 #include "sigprop/models/detail/sublayers.hpp"
 #include "sigprop/models/schemes.hpp"
 
@@ -45,10 +46,13 @@ double solve_unit_variance(const char* what, F output_var, double guess) {
 // that each block outputs unit variance for the moments that reach it (the
 // paper's (1/d) sqrt((1-p)/r_n) is the large-L, r > 0 limit of this, and
 // blows up as r -> 0; solving the closed forms for unit variance does not).
+// The moments are trace()'s: a causal Pre-LN stack's length correlations
+// from the pairs of positions (forward_pairs.hpp).
 template <class Activation>
 void solve_dslm_with(const ModelConfig& config, const WeightOverrides& overrides, ModelWeights& weights) {
   const StackShape<double> s = shape_of(config);
   Moments<double> x = weights.input;
+  ForwardPairs pairs = start_forward_pairs(s, weights.layers, x);
   for (auto& w : weights.layers) {
     const auto block_input = [&](const Moments<double>& m) {
       if (config.arch != Arch::pre_ln) return m;
@@ -66,8 +70,9 @@ void solve_dslm_with(const ModelConfig& config, const WeightOverrides& overrides
       }, w.v);
       w.v = w.o = vo;
     }
-    const Moments<double> mid =
+    Moments<double> mid =
         on_sublayer<Activation>(s, w, Sublayer::attention, [&](const auto& sub) { return sub.forward(x); });
+    forward_pairs<Activation>(pairs, Sublayer::attention, s, w, x, mid);
     const Moments<double> h2 = block_input(mid);
     if (!overrides.ffn1 && !overrides.ffn2) {
       // W1 = W2 (= V in the gated FFN).
@@ -78,7 +83,9 @@ void solve_dslm_with(const ModelConfig& config, const WeightOverrides& overrides
       }, w.ffn1);
       w.ffn1 = w.ffn2 = w.ffn_gate = f;
     }
-    x = on_sublayer<Activation>(s, w, Sublayer::ffn, [&](const auto& sub) { return sub.forward(mid); });
+    Moments<double> out = on_sublayer<Activation>(s, w, Sublayer::ffn, [&](const auto& sub) { return sub.forward(mid); });
+    forward_pairs<Activation>(pairs, Sublayer::ffn, s, w, mid, out);
+    x = out;
   }
 }
 
