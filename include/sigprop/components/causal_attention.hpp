@@ -273,7 +273,10 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
   /// covariance), O(L): the closed form's value average,
   ///   diagonal = d_in v_var mean_i (S2_i var / (1 - p) + (1 - S2_i) cov),
   ///   off      = d_in v_var (cov + (var - cov) pair_cross).
-  std::pair<T, T> value_pair_means(const Moments<T>& in) const {
+  struct PairMeans {
+    T diagonal, off;
+  };
+  PairMeans value_pair_means(const Moments<T>& in) const {
     static_assert(is_scalar_v<T>, "sigprop::CausalAttention: per-position results are for scalar T");
     require_moments(name, in);
     const detail::CausalProfile<Real> f = detail::causal_profile_of(this->params(), in);

@@ -138,6 +138,27 @@ void ffn_pairs_forward(const StackShape<double>& s, const LayerWeights& w, const
   });
 }
 
+/// Each position's variance and mean correlation with the other positions,
+/// from one row's pairs C: C_ii and sum_{m != i} C_im / sqrt(C_ii C_mm) / (L - 1).
+struct PositionColumn {
+  Eigen::VectorXd var, corr;
+};
+
+inline PositionColumn position_column(const Eigen::MatrixXd& C) {
+  const Eigen::VectorXd inv = C.diagonal().unaryExpr([](double v) { return v > 0 ? 1 / std::sqrt(v) : 0.0; });
+  const double others = double(C.rows() - 1);
+  PositionColumn c{C.diagonal(), (inv.asDiagonal() * (C * inv) - C.diagonal().cwiseProduct(inv.cwiseAbs2())) / others};
+  c.corr = c.corr.cwiseMax(-1.0).cwiseMin(1.0);
+  return c;
+}
+
+/// trace()'s pairs of positions as each position's column, per row (1..N:
+/// rows[n - 1]) and between the sublayers (mid[n]), for its first lane;
+/// empty where it carries none (not causal Pre-LN, or too long).
+struct PositionPairs {
+  std::vector<PositionColumn> rows, mid;
+};
+
 /// The scalar activation of a batched one (Relu<BatchChunk> -> Relu<double>).
 template <class A>
 struct scalar_activation;
@@ -150,16 +171,7 @@ struct scalar_activation<A<T>> {
 template <class T>
 StackShape<double> lane_shape(const StackShape<T>& s, std::size_t i) {
   StackShape<double> one;
-  one.arch = s.arch;
-  one.activation = s.activation;
-  one.final_layernorm = s.final_layernorm;
-  one.attention_gradient = s.attention_gradient;
-  one.norm = s.norm;
-  one.causal = s.causal;
-  one.gated = s.gated;
-  one.rotary = s.rotary;
-  one.logit_scale = s.logit_scale;
-  one.layers = s.layers;
+  one.structure() = s;
   for_each_field([i](double& to, const T& from) { to = static_cast<double>(lane(from, i)); }, one, s);
   return one;
 }
@@ -232,6 +244,13 @@ void forward_pairs(ForwardPairs& p, Sublayer which, const StackShape<T>& s, cons
     set_lane(out.var, i, means.diagonal);
     set_lane(out.corr_len, i, means.corr());
   }
+}
+
+/// Appends the first lane's columns after sublayer `which` to `record` (if
+/// any, and if the pairs are carried).
+inline void record_columns(const ForwardPairs& p, Sublayer which, PositionPairs* record) {
+  if (!record || p.lanes.empty() || p.lanes[0].size() == 0) return;
+  (which == Sublayer::attention ? record->mid : record->rows).push_back(position_column(p.lanes[0]));
 }
 
 }  // namespace detail

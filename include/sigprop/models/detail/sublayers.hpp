@@ -28,10 +28,8 @@
 
 namespace sigprop {
 
-/// What every lane of a stack shares (its structure) and the sizes that may
-/// differ from lane to lane.
-template <class T>
-struct StackShape {
+/// What every lane of a stack shares: its structure.
+struct StackStructure {
   Arch arch = Arch::pre_ln;
   FfnActivation activation = FfnActivation::relu;
   bool final_layernorm = false;
@@ -41,6 +39,18 @@ struct StackShape {
   RotaryEmbedding rotary;
   LogitScale logit_scale = LogitScale::inv_sqrt_dk;
   std::size_t layers = 0;
+
+  auto tied() const {
+    return std::tie(arch, activation, final_layernorm, attention_gradient, norm, causal, gated, rotary.base,
+                    logit_scale, layers);
+  }
+  bool operator==(const StackStructure& o) const { return tied() == o.tied(); }
+  bool operator!=(const StackStructure& o) const { return !(*this == o); }
+};
+
+/// A stack's structure and the sizes that may differ from lane to lane.
+template <class T>
+struct StackShape : StackStructure {
   T d, heads, hidden, seq_len, dropout;  ///< hidden: the FFN's hidden width
   T ln_gain, ln_bias;                    ///< the norms' affine gain and (LayerNorm) bias
   T attention_dropout, ffn_dropout;      ///< on the attention probabilities; after the FFN activation
@@ -52,6 +62,9 @@ struct StackShape {
   auto fields() const {
     return std::tie(d, heads, hidden, seq_len, dropout, ln_gain, ln_bias, attention_dropout, ffn_dropout);
   }
+
+  /// The shared structure, to copy from one shape to another.
+  StackStructure& structure() { return *this; }
 };
 
 /// The weights of one layer for every lane of a batch (LayerWeights, lane-wise).
@@ -90,8 +103,8 @@ auto with_activation(FfnActivation activation, Apply apply) {
   return apply(type_tag<Silu<T>>{});
 }
 
-inline StackShape<double> shape_of(const ModelConfig& c) {
-  StackShape<double> s;
+inline StackStructure structure_of(const ModelConfig& c) {
+  StackStructure s;
   s.arch = c.arch;
   s.activation = c.activation;
   s.final_layernorm = c.final_layernorm;
@@ -102,6 +115,12 @@ inline StackShape<double> shape_of(const ModelConfig& c) {
   s.rotary = {c.rotary_base};
   s.logit_scale = c.logit_scale;
   s.layers = c.layers;
+  return s;
+}
+
+inline StackShape<double> shape_of(const ModelConfig& c) {
+  StackShape<double> s;
+  s.structure() = structure_of(c);
   s.d = static_cast<double>(c.d);
   s.heads = static_cast<double>(c.heads);
   s.hidden = static_cast<double>(c.hidden_width());
