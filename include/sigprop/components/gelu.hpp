@@ -349,6 +349,8 @@ class GeluQuadrature {
 struct GeluTanhForwardTag;  // the tanh form's memo entries (forward, backward, norm_var_ratio)
 struct GeluTanhBackwardTag;
 struct GeluTanhNormTag;
+struct GeluTanhForwardBaseTag;  // their parts that depend on the mean and variance only
+struct GeluTanhBackwardBaseTag;
 
 }  // namespace detail
 
@@ -436,12 +438,31 @@ class Gelu : public Component<Gelu<T>, T> {
     }
   }
 
+  // The gap's mean E[delta] and the tanh form's variance, lane by lane: the
+  // parts of tanh_forward that do not depend on the correlations, memoized
+  // apart (a map over correlations at one input keeps them).
+  static std::array<T, 2> tanh_forward_base(const Moments<T>& in, const T& erf_var) {
+    return detail::memoized<detail::GeluTanhForwardBaseTag>(std::array<T, 2>{in.mean, in.var}, [&] {
+      std::array<T, 2> r{0 * in.var, erf_var};
+      for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
+        const double mu = double(lane(in.mean, i)), var = double(lane(in.var, i));
+        if (!(var > 0)) continue;
+        const double erf_v = double(lane(erf_var, i));
+        const detail::GeluTanhGap gap(mu, var);
+        set_lane(r[0], i, gap.mean());
+        set_lane(r[1], i, erf_v + gap.cov(1, erf_v));
+      }
+      return r;
+    });
+  }
+
   // The tanh form: the erf form's moments in `out` plus the gap's, lane by
   // lane (detail/gelu_tanh.hpp); memoized per thread (core/memo.hpp). At
   // variance 0 the output is u(mu) and the correlations stay the input's.
   static void tanh_forward(const Moments<T>& in, Moments<T>& out) {
     const auto m = detail::memoized<detail::GeluTanhForwardTag>(
         std::array<T, 4>{in.mean, in.var, in.corr_len, in.corr_dim}, [&] {
+          const std::array<T, 2> base = tanh_forward_base(in, out.var);
           std::array<T, 4> r{out.mean, out.var, out.corr_len, out.corr_dim};
           for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
             const double mu = double(lane(in.mean, i)), var = double(lane(in.var, i));
@@ -450,8 +471,8 @@ class Gelu : public Component<Gelu<T>, T> {
               continue;
             }
             const double erf_var = double(lane(out.var, i));
-            const detail::GeluTanhGap gap(mu, var);
-            const double v = erf_var + gap.cov(1, erf_var);
+            const detail::GeluTanhGap gap(mu, var, double(lane(base[0], i)));
+            const double v = double(lane(base[1], i));
             set_lane(r[0], i, double(lane(out.mean, i)) + gap.mean());
             set_lane(r[1], i, v);
             for (std::size_t k : {2, 3}) {
@@ -468,11 +489,29 @@ class Gelu : public Component<Gelu<T>, T> {
     out.corr_dim = m[3];
   }
 
+  // The gap's mean and E[u'^2] of the tanh form, lane by lane: the parts of
+  // tanh_backward that do not depend on the correlation, memoized apart.
+  static std::array<T, 2> tanh_backward_base(const Moments<T>& in, const T& erf_second) {
+    return detail::memoized<detail::GeluTanhBackwardBaseTag>(std::array<T, 2>{in.mean, in.var}, [&] {
+      std::array<T, 2> r{0 * in.var, erf_second};
+      for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
+        const double mu = double(lane(in.mean, i)), var = double(lane(in.var, i));
+        if (!(var > 0)) continue;
+        const double erf_s = double(lane(erf_second, i));
+        const detail::GeluTanhGap gap(mu, var);
+        set_lane(r[0], i, gap.mean());
+        set_lane(r[1], i, erf_s + gap.grad_cross(1, erf_s));
+      }
+      return r;
+    });
+  }
+
   // E[u'^2] and the gradient correlation's factor of the tanh form from the
   // erf form's (`second`, `corr`), lane by lane; memoized.
   static void tanh_backward(const Moments<T>& in, T& second, T& corr) {
     const auto m = detail::memoized<detail::GeluTanhBackwardTag>(
         std::array<T, 3>{in.mean, in.var, in.corr_len}, [&] {
+          const std::array<T, 2> base = tanh_backward_base(in, second);
           std::array<T, 2> r{second, corr};
           for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
             const double mu = double(lane(in.mean, i)), var = double(lane(in.var, i));
@@ -483,8 +522,8 @@ class Gelu : public Component<Gelu<T>, T> {
               continue;
             }
             const double erf_second = double(lane(second, i));
-            const detail::GeluTanhGap gap(mu, var);
-            const double sec = erf_second + gap.grad_cross(1, erf_second);
+            const detail::GeluTanhGap gap(mu, var, double(lane(base[0], i)));
+            const double sec = double(lane(base[1], i));
             const double r_in = double(lane(in.corr_len, i));
             const double cross = double(lane(corr, i)) * erf_second + gap.grad_cross(r_in, erf_second);
             set_lane(r[0], i, sec);
