@@ -438,19 +438,20 @@ class Gelu : public Component<Gelu<T>, T> {
     }
   }
 
-  // The gap's mean E[delta] and the tanh form's variance, lane by lane: the
-  // parts of tanh_forward that do not depend on the correlations, memoized
-  // apart (a map over correlations at one input keeps them).
-  static std::array<T, 2> tanh_forward_base(const Moments<T>& in, const T& erf_var) {
-    return detail::memoized<detail::GeluTanhForwardBaseTag>(std::array<T, 2>{in.mean, in.var}, [&] {
-      std::array<T, 2> r{0 * in.var, erf_var};
+  // The gap's mean E[delta] and `part(gap, erf_value)` lane by lane (the
+  // erf form's value where the variance is 0): the parts of the tanh form
+  // that depend on the mean and variance only, memoized apart from the
+  // correlations' (a map over correlations at one input keeps them).
+  template <class Tag, class Part>
+  static std::array<T, 2> tanh_base(const Moments<T>& in, const T& erf_value, Part part) {
+    return detail::memoized<Tag>(std::array<T, 2>{in.mean, in.var}, [&] {
+      std::array<T, 2> r{0 * in.var, erf_value};
       for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
         const double mu = double(lane(in.mean, i)), var = double(lane(in.var, i));
         if (!(var > 0)) continue;
-        const double erf_v = double(lane(erf_var, i));
         const detail::GeluTanhGap gap(mu, var);
         set_lane(r[0], i, gap.mean());
-        set_lane(r[1], i, erf_v + gap.cov(1, erf_v));
+        set_lane(r[1], i, part(gap, double(lane(erf_value, i))));
       }
       return r;
     });
@@ -462,7 +463,9 @@ class Gelu : public Component<Gelu<T>, T> {
   static void tanh_forward(const Moments<T>& in, Moments<T>& out) {
     const auto m = detail::memoized<detail::GeluTanhForwardTag>(
         std::array<T, 4>{in.mean, in.var, in.corr_len, in.corr_dim}, [&] {
-          const std::array<T, 2> base = tanh_forward_base(in, out.var);
+          // the gap's mean and the variance
+          const std::array<T, 2> base = tanh_base<detail::GeluTanhForwardBaseTag>(
+              in, out.var, [](const detail::GeluTanhGap& gap, double erf_var) { return erf_var + gap.cov(1, erf_var); });
           std::array<T, 4> r{out.mean, out.var, out.corr_len, out.corr_dim};
           for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
             const double mu = double(lane(in.mean, i)), var = double(lane(in.var, i));
@@ -489,29 +492,16 @@ class Gelu : public Component<Gelu<T>, T> {
     out.corr_dim = m[3];
   }
 
-  // The gap's mean and E[u'^2] of the tanh form, lane by lane: the parts of
-  // tanh_backward that do not depend on the correlation, memoized apart.
-  static std::array<T, 2> tanh_backward_base(const Moments<T>& in, const T& erf_second) {
-    return detail::memoized<detail::GeluTanhBackwardBaseTag>(std::array<T, 2>{in.mean, in.var}, [&] {
-      std::array<T, 2> r{0 * in.var, erf_second};
-      for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
-        const double mu = double(lane(in.mean, i)), var = double(lane(in.var, i));
-        if (!(var > 0)) continue;
-        const double erf_s = double(lane(erf_second, i));
-        const detail::GeluTanhGap gap(mu, var);
-        set_lane(r[0], i, gap.mean());
-        set_lane(r[1], i, erf_s + gap.grad_cross(1, erf_s));
-      }
-      return r;
-    });
-  }
-
   // E[u'^2] and the gradient correlation's factor of the tanh form from the
   // erf form's (`second`, `corr`), lane by lane; memoized.
   static void tanh_backward(const Moments<T>& in, T& second, T& corr) {
     const auto m = detail::memoized<detail::GeluTanhBackwardTag>(
         std::array<T, 3>{in.mean, in.var, in.corr_len}, [&] {
-          const std::array<T, 2> base = tanh_backward_base(in, second);
+          // the gap's mean and E[u'^2]
+          const std::array<T, 2> base = tanh_base<detail::GeluTanhBackwardBaseTag>(
+              in, second, [](const detail::GeluTanhGap& gap, double erf_second) {
+                return erf_second + gap.grad_cross(1, erf_second);
+              });
           std::array<T, 2> r{second, corr};
           for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
             const double mu = double(lane(in.mean, i)), var = double(lane(in.var, i));
