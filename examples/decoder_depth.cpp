@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "sigprop/models/detail/sublayers.hpp"
+#include "sigprop/models/impl/positions.ipp"
 #include "sigprop/models/positions.hpp"
 #include "sigprop/montecarlo/models.hpp"
 #include "sigprop/montecarlo/validation.hpp"
@@ -182,11 +183,14 @@ void diagnose(const DepthCase& k, const sigprop::ModelWeights& w, const mc::Mode
     std::printf("\n");
   }
   std::printf("\n%s: the attention input's length correlation, measured (all pairs of positions) / the mean over the\n"
-              "queries of their keys' correlation / predicted\n\n| n | all pairs | a query's keys | predicted |\n|---|---|---|---|\n",
+              "queries of their keys' correlation / predicted; the keys' spread trace() takes (query, key)\n\n"
+              "| n | all pairs | a query's keys | predicted | keys' spread |\n|---|---|---|---|---|\n",
               k.label.c_str());
+  const sigprop::detail::PositionPairs pairs = sigprop::detail::recorded_trace(k.config, w).pairs;
   for (std::size_t n = 0; n < N; ++n)
-    std::printf("| %zu | %.4f | %.4f | %.4f |\n", n, s.forward[n].corr_len.value, prefix_correlation(s.forward_pairs[n]),
-                t.rows[n].forward.corr_len);
+    std::printf("| %zu | %.4f | %.4f | %.4f | %.3f, %.3f |\n", n, s.forward[n].corr_len.value,
+                prefix_correlation(s.forward_pairs[n]), t.rows[n].forward.corr_len,
+                n < pairs.spread.size() ? pairs.spread[n].query : 1.0, n < pairs.spread.size() ? pairs.spread[n].key : 1.0);
   const sigprop::Trace p = sigprop::with_position_gradients(t, sigprop::trace_position_gradients(k.config, w));
   const auto gain = [](double in, double out) { return in / out - 1; };
   std::printf("\n%s: sublayer gradient gain Var[g_in]/Var[g_out] - 1, measured / predicted (relative error); the\n"

@@ -11,6 +11,7 @@
 
 #include <any>
 #include <cstddef>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -294,13 +295,15 @@ auto make_ffn_block(const StackShape<T>& s, const W& w) {
                                T(w.ffn2_bias), s.ffn_dropout, activation_of<Activation>(s));
 }
 
-// The attention block as the shape says (full or causal), handed to `apply`.
+// The attention block as the shape says (full or causal), handed to
+// `apply`; a causal head's softmax path at the keys' `spread` if given.
 template <class T, class W, class Apply>
-auto with_attention_block(const StackShape<T>& s, const W& w, Apply apply) {
+auto with_attention_block(const StackShape<T>& s, const W& w, Apply apply,
+                          const std::optional<KeySpread<T>>& spread = std::nullopt) {
   if (s.causal)
     return apply(causal_attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
                                            s.attention_gradient, s.rotary, {w.q_bias, w.k_bias, w.v_bias, w.o_bias},
-                                           s.attention_dropout, s.logit_scale));
+                                           s.attention_dropout, s.logit_scale, spread));
   return apply(make_attention_block(s, w));
 }
 
@@ -314,18 +317,20 @@ auto with_ffn_block(const StackShape<T>& s, const W& w, Apply apply) {
   return apply(make_ffn_block<Activation>(s, w));
 }
 
-// The block of sublayer `which`, handed to `apply`.
+// The block of sublayer `which`, handed to `apply` (`spread`: the attention's).
 template <class Activation, class T, class W, class Apply>
-auto with_block(const StackShape<T>& s, const W& w, Sublayer which, Apply apply) {
-  if (which == Sublayer::attention) return with_attention_block(s, w, std::move(apply));
+auto with_block(const StackShape<T>& s, const W& w, Sublayer which, Apply apply,
+                const std::optional<KeySpread<T>>& spread = std::nullopt) {
+  if (which == Sublayer::attention) return with_attention_block(s, w, std::move(apply), spread);
   return with_ffn_block<Activation>(s, w, std::move(apply));
 }
 
 // with_sublayer around the block with_block builds.
 template <class Activation, class T, class W, class Apply>
-auto on_sublayer(const StackShape<T>& s, const W& w, Sublayer which, Apply apply) {
-  return with_block<Activation>(s, w, which,
-                                [&](auto block) { return with_sublayer(s, w, which, std::move(block), apply); });
+auto on_sublayer(const StackShape<T>& s, const W& w, Sublayer which, Apply apply,
+                 const std::optional<KeySpread<T>>& spread = std::nullopt) {
+  return with_block<Activation>(
+      s, w, which, [&](auto block) { return with_sublayer(s, w, which, std::move(block), apply); }, spread);
 }
 
 // The scalar forms used by the schemes (one configuration).

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -53,8 +54,8 @@ SublayerForward<T> attention_forward(const StackShape<T>& s, const W& w, const M
 
 template <class T, class W>
 GradMoments<T> attention_backward(const StackShape<T>& s, const W& w, SublayerRecords& records, std::size_t n,
-                                  const GradMoments<T>& g) {
-  const auto with_block = [&](auto apply) { return with_attention_block(s, w, std::move(apply)); };
+                                  const GradMoments<T>& g, const std::optional<KeySpread<T>>& spread) {
+  const auto with_block = [&](auto apply) { return with_attention_block(s, w, std::move(apply), spread); };
   return traced_backward(with_block, s, w, Sublayer::attention, records, n, g);
 }
 
@@ -90,11 +91,14 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
     row.domain = f.domain;
   };
   // Causal Pre-LN: each row's length correlation from the pairs of positions.
+  // With them, each attention sublayer's backward at its keys' spread.
   ForwardPairs pairs = start_forward_pairs(s, layers, input);
+  std::vector<std::optional<KeySpread<T>>> spread(N);
   for (std::size_t n = 0; n < N; ++n) {
     t.mid[n].layer = n + 1;
     record(t.mid[n], attention_forward(s, layers[n], t.rows[n].forward, attention_records));
     forward_pairs<Activation>(pairs, Sublayer::attention, s, layers[n], t.rows[n].forward, t.mid[n].forward);
+    spread[n] = key_spread_of(pairs, input.var);
     record_columns(pairs, Sublayer::attention, positions);
     t.rows[n + 1].layer = n + 1;
     record(t.rows[n + 1], ffn_forward<Activation>(s, layers[n], t.mid[n].forward, ffn_records));
@@ -114,7 +118,7 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
   t.output.backward = top;
   for (std::size_t n = N; n-- > 0;) {
     t.mid[n].backward = ffn_backward<Activation>(s, layers[n], ffn_records, n, t.rows[n + 1].backward);
-    t.rows[n].backward = attention_backward(s, layers[n], attention_records, n, t.mid[n].backward);
+    t.rows[n].backward = attention_backward(s, layers[n], attention_records, n, t.mid[n].backward, spread[n]);
   }
   return t;
 }
@@ -126,7 +130,8 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
   extern_ template SublayerForward<T> attention_forward<T, W>(const StackShape<T>&, const W&, const Moments<T>&, \
                                                               SublayerRecords&);                                \
   extern_ template GradMoments<T> attention_backward<T, W>(const StackShape<T>&, const W&, SublayerRecords&,     \
-                                                           std::size_t, const GradMoments<T>&);
+                                                           std::size_t, const GradMoments<T>&,                   \
+                                                           const std::optional<KeySpread<T>>&);
 SIGPROP_TRACE_ATTENTION(extern, double, LayerWeights)
 SIGPROP_TRACE_ATTENTION(extern, BatchChunk, BatchLayerWeights<BatchChunk>)
 

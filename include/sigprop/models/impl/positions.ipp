@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -96,14 +97,26 @@ inline GradMoments<double> unit_gradient(GradMoments<double> g, double c) {
   return g;
 }
 
+// The keys' spread trace() took layer n's attention backward at (none
+// where it carries no pairs).
+using Spread = std::optional<KeySpread<double>>;
+
+inline Spread spread_of(const PositionPairs& pairs, std::size_t n) {
+  return n < pairs.spread.size() ? Spread(pairs.spread[n]) : std::nullopt;
+}
+
 // One Pre-LN sublayer's branch backward (norm, then block) at the stream x.
 template <class Activation>
 GradMoments<double> branch_backward(const StackShape<double>& s, const LayerWeights& w, Sublayer which,
-                                    const Moments<double>& x, const GradMoments<double>& g) {
-  return on_sublayer<Activation>(s, w, which, [&](const auto& sub) {
-    const auto& res = residual_of<double>(sub);
-    return res.branch().backward(res.branch_input(x), g);
-  });
+                                    const Moments<double>& x, const GradMoments<double>& g,
+                                    const Spread& spread = std::nullopt) {
+  return on_sublayer<Activation>(
+      s, w, which,
+      [&](const auto& sub) {
+        const auto& res = residual_of<double>(sub);
+        return res.branch().backward(res.branch_input(x), g);
+      },
+      spread);
 }
 
 // Each position's own stream in a Pre-LN sublayer's branch: sqrt(r_i), r_i
@@ -115,7 +128,7 @@ GradMoments<double> branch_backward(const StackShape<double>& s, const LayerWeig
 template <class Activation>
 Eigen::VectorXd position_roots(const StackShape<double>& s, const LayerWeights& w, Sublayer which,
                                const std::vector<Moments<double>>& x, const Moments<double>& average,
-                               const GradMoments<double>& upstream) {
+                               const GradMoments<double>& upstream, const Spread& spread = std::nullopt) {
   Eigen::VectorXd root(static_cast<Eigen::Index>(x.size()));
   on_sublayer<Activation>(s, w, which, [&](const auto& sub) {
     const auto& branch = residual_of<double>(sub).branch();  // serial(norm, block) in Pre-LN
@@ -132,7 +145,7 @@ Eigen::VectorXd position_roots(const StackShape<double>& s, const LayerWeights& 
       root(static_cast<Eigen::Index>(i)) = std::sqrt(math::ratio_or(norm.backward(own, to_norm).var, at_average, 1.0));
     }
     return 0;
-  });
+  }, spread);
   return root;
 }
 
@@ -170,7 +183,8 @@ void positionwise_pairs(const StackShape<double>& s, const LayerWeights& w, Subl
 // position_backward's).
 template <class Activation>
 void attention_pairs(const StackShape<double>& s, const LayerWeights& w, const Moments<double>& x,
-                     const GradMoments<double>& upstream, const Eigen::VectorXd& root, Eigen::MatrixXd& C) {
+                     const GradMoments<double>& upstream, const Eigen::VectorXd& root, const Spread& spread,
+                     Eigen::MatrixXd& C) {
   const Eigen::Index L = C.rows();
   with_block<Activation>(s, w, Sublayer::attention, [&](const auto& block) {
     if constexpr (std::is_same_v<std::decay_t<decltype(block)>, CausalAttentionBlock<double>>) {
@@ -183,7 +197,7 @@ void attention_pairs(const StackShape<double>& s, const LayerWeights& w, const M
       double flat_diagonal = 0;
       for (const auto& p : head.position_backward(h, flat, c * keep)) flat_diagonal += p.var / double(L);
       const double gain =
-          branch_backward<Activation>(s, w, Sublayer::attention, x, unit_gradient(upstream, c)).var;
+          branch_backward<Activation>(s, w, Sublayer::attention, x, unit_gradient(upstream, c), spread).var;
       Eigen::MatrixXd in = C;
       in.diagonal() /= keep;
       Eigen::MatrixXd pairs = head.value_pair_backward(h, in);
@@ -203,7 +217,7 @@ void attention_pairs(const StackShape<double>& s, const LayerWeights& w, const M
         C.col(m) = skip2 * C.col(m) + (scale * root(m)) * root.cwiseProduct(pairs.col(m));
     }
     return 0;
-  });
+  }, spread);
 }
 
 // The listed positions' gradients: the variance from C, the mean
@@ -254,9 +268,10 @@ inline GradMoments<double> position_average(const Eigen::MatrixXd& C, const Grad
 
 template <class Activation>
 PositionGradientTrace trace_position_gradients_with(const StackShape<double>& s,
-                                                    const std::vector<LayerWeights>& layers, const Trace& averaged,
+                                                    const std::vector<LayerWeights>& layers, const RecordedTrace& t,
                                                     const PositionTrace& forward,
                                                     std::vector<std::size_t> positions) {
+  const Trace& averaged = t.averaged;
   const std::size_t N = s.layers;
   const Eigen::Index L = static_cast<Eigen::Index>(s.seq_len);
   PositionGradientTrace out;
@@ -294,9 +309,10 @@ PositionGradientTrace trace_position_gradients_with(const StackShape<double>& s,
     out.mid_average[n] = position_average(C, averaged.mid[n].backward);
     const Moments<double>& x = averaged.rows[n].forward;
     const GradMoments<double>& g_attention = averaged.mid[n].backward;
+    const Spread spread = spread_of(t.pairs, n);
     attention_pairs<Activation>(
-        s, w, x, g_attention, position_roots<Activation>(s, w, Sublayer::attention, forward.rows[n], x, g_attention),
-        C);
+        s, w, x, g_attention,
+        position_roots<Activation>(s, w, Sublayer::attention, forward.rows[n], x, g_attention, spread), spread, C);
     out.rows[n] = position_grads(C, averaged.rows[n].backward, out.positions, "of row " + std::to_string(n));
     out.average[n] = position_average(C, averaged.rows[n].backward);
   }
@@ -367,7 +383,7 @@ SIGPROP_DECL PositionGradientTrace trace_position_gradients(const ModelConfig& c
     // every position's stream (trace_positions: the variances from the pairs of positions)
     const PositionTrace forward =
         detail::trace_positions_with<Activation>(s, weights.layers, t, detail::checked_positions(fn, {}, config.seq_len));
-    return detail::trace_position_gradients_with<Activation>(s, weights.layers, t.averaged, forward,
+    return detail::trace_position_gradients_with<Activation>(s, weights.layers, t, forward,
                                                              std::move(positions));
   });
 }
