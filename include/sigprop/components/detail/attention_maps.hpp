@@ -236,8 +236,9 @@ SoftmaxOutputs<T> softmax_outputs(const HeadParams<T>& h, const AttentionTerms<T
   // keys (pos_var + common (1 - keep)) times values ((pos_var + p common)/(1 - p));
   // for spread keys a product of two position-specific variances takes the
   // query factor, a term with one of them the key factor.
+  const T rotated = a.common * (1 - keep);
   const T keys_values = (spread.query * a.pos_var * a.pos_var +
-                         spread.key * (h.p * a.common * a.pos_var + a.common * (1 - keep) * (a.pos_var + h.p * a.common))) /
+                         spread.key * a.pos_var * (h.p * a.common + rotated) + rotated * h.p * a.common) /
                         (1 - h.p);
   const PathMoments<T> query{base * h.k_var * (s.jacobian * keys_values + s.shrink_sq * coherent * keep),
                              base * h.k_var * r_g * keep *
