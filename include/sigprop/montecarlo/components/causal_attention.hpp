@@ -67,6 +67,16 @@ inline CausalAttentionSimulation simulate_positions(const CausalAttention<double
   return s;
 }
 
+/// The Cholesky factor L (L L^T = m) of a covariance between positions `m`
+/// (named `what`), which must be positive definite and seq_len x seq_len.
+inline Eigen::MatrixXd cholesky_root(const char* fn, const std::string& what, const Eigen::MatrixXd& m,
+                                     Eigen::Index seq_len) {
+  const Eigen::LLT<Eigen::MatrixXd> factor(m);
+  if (m.rows() != seq_len || m.cols() != seq_len || factor.info() != Eigen::Success)
+    sigprop::detail::raise_domain(fn, what + " must be a positive definite seq_len x seq_len matrix");
+  return factor.matrixL();
+}
+
 /// The value path's input-gradient covariance between positions, as
 /// CausalAttention::value_pair_backward predicts it: the upstream gradient
 /// (L x d_k) has covariance `upstream` between positions in every column
@@ -86,10 +96,7 @@ inline PairCovarianceSimulation simulate_value_pairs(const CausalAttention<doubl
   const Eigen::Index d_in = to_size(fn, "d_in", head.d_in());
   const Eigen::Index d_k = to_size(fn, "d_k", head.d_k());
   const Eigen::Index seq_len = to_size(fn, "seq_len", head.seq_len());
-  const Eigen::LLT<Eigen::MatrixXd> factor(upstream);
-  if (upstream.rows() != seq_len || upstream.cols() != seq_len || factor.info() != Eigen::Success)
-    sigprop::detail::raise_domain(fn, "upstream must be a positive definite seq_len x seq_len matrix");
-  const Eigen::MatrixXd root = factor.matrixL();
+  const Eigen::MatrixXd root = cholesky_root(fn, "upstream", upstream, seq_len);
   Random rng(setup.seed);
   Eigen::MatrixXd sum = Eigen::MatrixXd::Zero(seq_len, seq_len), sum_sq = sum;
   for (std::size_t trial = 0; trial < setup.trials; ++trial) {
@@ -122,10 +129,7 @@ inline Estimate simulate_softmax_path(const CausalAttention<double>& layer, cons
   const Eigen::Index d_in = to_size(fn, "d_in", head.d_in());
   const Eigen::Index d_k = to_size(fn, "d_k", head.d_k());
   const Eigen::Index seq_len = to_size(fn, "seq_len", head.seq_len());
-  const Eigen::LLT<Eigen::MatrixXd> factor(pairs);
-  if (pairs.rows() != seq_len || pairs.cols() != seq_len || factor.info() != Eigen::Success)
-    sigprop::detail::raise_domain(fn, "pairs must be a positive definite seq_len x seq_len matrix");
-  const Eigen::MatrixXd root = factor.matrixL();
+  const Eigen::MatrixXd root = cholesky_root(fn, "pairs", pairs, seq_len);
   Random rng(setup.seed);
   std::vector<double> per_trial;
   for (std::size_t trial = 0; trial < setup.trials; ++trial) {
