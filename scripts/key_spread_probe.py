@@ -13,7 +13,10 @@ Before that, the covariance's shape: each position's mean correlation with the o
 correlation by lag, and position 1's correlation with a few others.
 With --rotary B the heads turn their queries and keys (base B) in the second part; the query path's
 factor is then the closed form's for the rotated keys (the spread's query factor on the position-specific
-part, its key factor on the rotated shared part), without rotation the query factor itself.
+part, its key factor on the rotated shared part), without rotation the query factor itself; the R o T
+form takes the rotated keys' covariance as R o T (T_km the mean over the coordinate pairs of
+cos((k - m) theta_j)) and the query path as sum_i w_i <H R_i H, H (R o T)_i H>/(i - 1), against the same
+at one correlation.
 
     /usr/bin/python3 scripts/key_spread_probe.py [--layers 3,6,9,12] [--draws 8] [--paths-draws 16] [--rotary 0]
 """
@@ -30,7 +33,7 @@ def keys_spread(R, r, turns=None):
     the factor the closed form then gives the query path, (query pos^2 + key pos rot)/(pos^2 + pos rot)
     with pos rot = sum w_i <H R1_i H, H (R1 o T)_i H>/(i - 1) - pos^2 at one correlation R1."""
     L = R.shape[0]
-    query = key = weights = rotated = 0.0
+    query = key = weights = rotated = turned = 0.0
     one = torch.full((L, L), r)
     one.fill_diagonal_(1.0)
     for i in range(2, L + 1):
@@ -43,12 +46,13 @@ def keys_spread(R, r, turns=None):
         if turns is not None:
             K1 = H @ one[:i, :i] @ H
             rotated += w * float((K1 * (H @ (one[:i, :i] * turns[:i, :i]) @ H)).sum()) / (i - 1)
+            turned += w * float((K * (H @ (R[:i, :i] * turns[:i, :i]) @ H)).sum()) / (i - 1)
     pos = (1 - r) ** 2
     query, key = query / (weights * pos), key / (weights * (1 - r))
     if turns is None:
-        return query, key, query
+        return query, key, query, query
     share = rotated / weights - pos
-    return query, key, (query * pos + key * share) / (pos + share)
+    return query, key, (query * pos + key * share) / (pos + share), turned / rotated
 
 
 def main():
@@ -123,9 +127,9 @@ def main():
               " ".join(f"{float(torch.diagonal(late, lag).mean()):.3f}" for lag in (1, 2, 8, L // 2 - 1)) + " | " +
               " ".join(f"{float(R[0, j - 1]):.3f}" for j in (2, 8, L)) + " |")
     print()
-    print("| layer | r | keys' spread (query, key) | the query path's factor | one correlation: value / query / key"
-          " path gain | real pairs / one correlation: value | query | key |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| layer | r | keys' spread (query, key) | the query path's factor | R o T form | one correlation: value /"
+          " query / key path gain | real pairs / one correlation: value | query | key |")
+    print("|---|---|---|---|---|---|---|---|---|")
     turns = None
     if a.rotary:
         lag = (torch.arange(L)[:, None] - torch.arange(L)[None, :]).double()
@@ -153,10 +157,10 @@ def main():
         ratio = gains[:, 0] / gains[:, 1]
         mean, se = ratio.mean(0), ratio.std(0) / math.sqrt(a.paths_draws)
         at_one = gains[:, 1].mean(0)
-        q, k, q_path = keys_spread(R, r, turns)
+        q, k, q_path, q_turned = keys_spread(R, r, turns)
         cells = " | ".join(f"{mean[c]:.3f} ({se[c]:.3f})" for c in range(3))
-        print(f"| {n} | {r:.3f} | {q:.3f}, {k:.3f} | {q_path:.3f} | {at_one[0]:.5f} / {at_one[1]:.5f} / {at_one[2]:.5f} |"
-              f" {cells} |")
+        print(f"| {n} | {r:.3f} | {q:.3f}, {k:.3f} | {q_path:.3f} | {q_turned:.3f} | {at_one[0]:.5f} / {at_one[1]:.5f} /"
+              f" {at_one[2]:.5f} | {cells} |")
 
 
 if __name__ == "__main__":
