@@ -524,6 +524,15 @@ TEST_CASE("CausalAttention: the keys' spread by hand", "[causal]") {
   const auto spread = CausalAttention<double>::spread_of_pairs(R, r);
   CHECK(spread.query == Approx(query / (weights * (1 - r) * (1 - r))).epsilon(1e-12));
   CHECK(spread.key == Approx(key / (weights * (1 - r))).epsilon(1e-12));
+  // Nearly one stream (r -> 1): H R H = eps H S H for R = (1 - eps) 11' + eps S,
+  // so the factors are S's, without cancellation in the sums.
+  const double eps = 1e-7;
+  const Eigen::MatrixXd S = early_apart(48, 0.93, 0.35);
+  const Eigen::MatrixXd near_one = (1 - eps) * Eigen::MatrixXd::Ones(48, 48) + eps * S;
+  const auto of_s = CausalAttention<double>::spread_of_pairs(S, mean_off_diagonal(S));
+  const auto of_near = CausalAttention<double>::spread_of_pairs(near_one, mean_off_diagonal(near_one));
+  CHECK(of_near.query == Approx(of_s.query).epsilon(1e-6));
+  CHECK(of_near.key == Approx(of_s.key).epsilon(1e-6));
   CHECK_THROWS_WITH(CausalAttention<double>::spread_of_pairs(Eigen::MatrixXd::Identity(3, 4), 0),
                     Catch::Contains("pairs is 3 x 4"));
   CHECK_THROWS_WITH(CausalAttention<double>::spread_of_pairs(R, 1.5), Catch::Contains("r = 1.5"));

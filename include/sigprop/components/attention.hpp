@@ -247,10 +247,10 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
     h_.v_bias = v_bias;
   }
 
-  /// The softmax path's query and key factors (detail::KeySpread), each finite and > 0.
+  /// The softmax path's query and key factors (detail::KeySpread), each finite and >= 0.
   void set_key_spread(const T& query, const T& key) {
-    require_positive(name, "key_spread.query", query);
-    require_positive(name, "key_spread.key", key);
+    require_variance(name, "key_spread.query", query);
+    require_variance(name, "key_spread.key", key);
     spread_ = {query, key};
   }
 

@@ -32,6 +32,7 @@
 // (montecarlo/components/causal_attention.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <string>
@@ -73,7 +74,7 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
   }
 
   /// This head with the softmax path's factors for keys that are not
-  /// exchangeable (detail::KeySpread; both finite and > 0): the query path's
+  /// exchangeable (detail::KeySpread; both finite and >= 0): the query path's
   /// terms in two position-specific variances times `query`, those in one
   /// times `key`.
   CausalAttention with_key_spread(const T& query, const T& key) const {
@@ -103,12 +104,14 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
     if (!pairs.allFinite()) detail::raise_domain(name, "pairs has an entry that is not finite");
     require_positive(name, "pairs(0, 0)", pairs(0, 0));
     require_correlation(name, "r", r);
-    const double unit = pairs(0, 0) > 0 ? 1 / pairs(0, 0) : 0.0;
-    Eigen::VectorXd rows = Eigen::VectorXd::Zero(L);  // R_i 1 over the keys so far
+    // H R H = H (R - r 11') H: the sums below are of R - r, whose entries are
+    // of the order of 1 - r (no cancellation as r -> 1).
+    const double unit = 1 / pairs(0, 0);
+    Eigen::VectorXd rows = Eigen::VectorXd::Zero(L);  // (R_i - r) 1 over the keys so far
     double total = 0, frobenius = 0, trace = 0, weights = 0, query = 0, key = 0;
     for (Eigen::Index m = 0; m < L; ++m) {
-      const Eigen::VectorXd before = pairs.col(m).head(m) * unit;
-      const double own = pairs(m, m) * unit, sum = before.sum();
+      const Eigen::VectorXd before = (pairs.col(m).head(m) * unit).array() - r;
+      const double own = pairs(m, m) * unit - r, sum = before.sum();
       rows.head(m) += before;
       rows(m) = sum + own;
       total += 2 * sum + own;
@@ -120,8 +123,9 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
       key += w * (trace - total / i) / (i - 1);
       weights += w;
     }
-    const double apart = 1 - r;
-    return {math::ratio_or(query, weights * apart * apart, 1.0), math::ratio_or(key, weights * apart, 1.0)};
+    const double apart = 1 - r;  // (rounding can leave a sum of squares just below 0)
+    return {std::max(math::ratio_or(query, weights * apart * apart, 1.0), 0.0),
+            std::max(math::ratio_or(key, weights * apart, 1.0), 0.0)};
   }
 
   /// The softmax sums averaged over the sequence (validated like forward()).
