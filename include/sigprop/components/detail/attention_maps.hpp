@@ -202,7 +202,7 @@ PathMoments<T> value_output(const HeadParams<T>& h, const SoftmaxSums<T>& s, con
 
 /// How far each query's keys are apart against one correlation r between
 /// all pairs: the query path's and the key path's factors (1 for
-/// exchangeable keys; models/detail/forward_pairs.hpp computes them from the
+/// exchangeable keys; CausalAttention::spread_of_pairs computes them from the
 /// pairs of positions, docs/decoders.md, "The keys' spread").
 template <class T>
 struct KeySpread {
