@@ -19,12 +19,21 @@
 // measured input state (variance and length correlation of the stream),
 // and the shift that the measured pairs of positions' correlations give a
 // value average under uniform causal weights, against that of one
-// correlation for every pair (docs/decoders.md, "Decoders at depth").
+// correlation for every pair; then every sublayer's gradient gain
+// Var[g_in]/Var[g_out] - 1 (g_out the gradient at the sublayer's output,
+// g_in at its input, both averaged over the positions), measured and as
+// `sigprop table` prints it, and the attention sublayer's for an i.i.d.
+// upstream gradient (variance 1, correlation 0) as trace_position_gradients
+// gives it, all paths and the value path alone (scripts/attention_gain_probe.py
+// measures the same on the real stream) (docs/decoders.md, "Decoders at depth").
 //
 // --seq L gives every model L tokens instead of 64, --d D the width D
-// instead of 128.
+// instead of 128, --dropout P every model the dropout P, --input V,R the
+// Xavier and DeepScaleLM models the input variance V and length
+// correlation R instead of 1 and 0.2.
 //
-//   decoder_depth [--trials N] [--seed X] [--layers 12,24,48] [--seq L] [--d D] [--only I] [--profile 1] [--diagnose I]
+//   decoder_depth [--trials N] [--seed X] [--layers 12,24,48] [--seq L] [--d D] [--dropout P] [--input V,R]
+//                 [--only I] [--profile 1] [--diagnose I]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -33,6 +42,7 @@
 #include <vector>
 
 #include "sigprop/models/detail/sublayers.hpp"
+#include "sigprop/models/impl/positions.ipp"
 #include "sigprop/models/positions.hpp"
 #include "sigprop/montecarlo/models.hpp"
 #include "sigprop/montecarlo/validation.hpp"
@@ -51,30 +61,35 @@ struct DepthCase {
 // The models at depth N: width d (128), H = 2, L tokens, input variance 1 and
 // length correlation 0.2; under the gpt2 and llama schemes (std 0.02) the
 // input is the preset's embedding instead.
-std::vector<DepthCase> depth_models(std::size_t N, std::size_t L, std::size_t d) {
-  const auto make = [N, L, d](const char* arch, double dropout, double rotary) {
+std::vector<DepthCase> depth_models(std::size_t N, std::size_t L, std::size_t d, double dropout_override) {
+  const auto make = [N, L, d, dropout_override](const char* arch, double dropout, double rotary) {
     sigprop::ModelConfig c;
     c.layers = N;
     c.d = d;
     c.heads = 2;
     c.seq_len = L;
     c = sigprop::with_architecture(c, arch);
-    c.dropout = dropout;
+    c.dropout = dropout_override >= 0 ? dropout_override : dropout;
     c.rotary_base = rotary;
     return c;
+  };
+  const auto p = [dropout_override](const char* preset) {
+    char label[32];
+    std::snprintf(label, sizeof label, "p=%g", dropout_override);
+    return dropout_override < 0 ? std::string(preset) : std::string(label);
   };
   using S = sigprop::Scheme;
   const std::string n = " N=" + std::to_string(N) + (L == 64 ? "" : " L=" + std::to_string(L)) +
                         (d == 128 ? "" : " d=" + std::to_string(d));
   return {
-      {"gpt2 xavier p=0.1" + n, make("gpt2", 0.1, 0), S::xavier},
-      {"gpt2 xavier p=0 rotary" + n, make("gpt2", 0, 10000), S::xavier},
-      {"gpt2 dslm p=0.1" + n, make("gpt2", 0.1, 0), S::dslm},
-      {"llama xavier p=0" + n, make("llama", 0, 0), S::xavier},
-      {"llama xavier p=0.1 rotary" + n, make("llama", 0.1, 10000), S::xavier},
-      {"llama dslm p=0 rotary" + n, make("llama", 0, 10000), S::dslm},
-      {"gpt2 gpt2 p=0.1" + n, make("gpt2", 0.1, 0), S::gpt2, true},
-      {"llama llama p=0 rotary" + n, make("llama", 0, 10000), S::llama, true},
+      {"gpt2 xavier " + p("p=0.1") + n, make("gpt2", 0.1, 0), S::xavier},
+      {"gpt2 xavier " + p("p=0") + " rotary" + n, make("gpt2", 0, 10000), S::xavier},
+      {"gpt2 dslm " + p("p=0.1") + n, make("gpt2", 0.1, 0), S::dslm},
+      {"llama xavier " + p("p=0") + n, make("llama", 0, 0), S::xavier},
+      {"llama xavier " + p("p=0.1") + " rotary" + n, make("llama", 0.1, 10000), S::xavier},
+      {"llama dslm " + p("p=0") + " rotary" + n, make("llama", 0, 10000), S::dslm},
+      {"gpt2 gpt2 " + p("p=0.1") + n, make("gpt2", 0.1, 0), S::gpt2, true},
+      {"llama llama " + p("p=0") + " rotary" + n, make("llama", 0, 10000), S::llama, true},
   };
 }
 
@@ -118,6 +133,20 @@ double pair_shift(const Eigen::MatrixXd& P) {
   return causal_average_corr(R) - causal_average_corr(U);
 }
 
+// The mean over the queries i = 2..L of the mean correlation among their
+// keys 1..i, from the L x L mean of X X^T / d (each position normalized).
+double prefix_correlation(const Eigen::MatrixXd& P) {
+  const Eigen::Index L = P.rows();
+  const Eigen::VectorXd inv = P.diagonal().cwiseSqrt().cwiseInverse();
+  const Eigen::MatrixXd R = inv.asDiagonal() * P * inv.asDiagonal();
+  double block = R(0, 0), mean = 0;  // block: the sum of R over keys 1..i
+  for (Eigen::Index i = 1; i < L; ++i) {
+    block += 2 * R.col(i).head(i).sum() + R(i, i);
+    mean += (block - double(i + 1)) / (double(i + 1) * double(i)) / double(L - 1);
+  }
+  return mean;
+}
+
 // Every sublayer's branch output correlation: measured, predicted by the
 // block at the measured input state, and the pairs' shift (pair_shift).
 void diagnose(const DepthCase& k, const sigprop::ModelWeights& w, const mc::ModelSimulation& s) {
@@ -153,6 +182,42 @@ void diagnose(const DepthCase& k, const sigprop::ModelWeights& w, const mc::Mode
     }
     std::printf("\n");
   }
+  std::printf("\n%s: the attention input's length correlation, measured (all pairs of positions) / the mean over the\n"
+              "queries of their keys' correlation / predicted; the keys' spread trace() takes (query, key)\n\n"
+              "| n | all pairs | a query's keys | predicted | keys' spread |\n|---|---|---|---|---|\n",
+              k.label.c_str());
+  const sigprop::detail::PositionPairs pairs = sigprop::detail::recorded_trace(k.config, w).pairs;
+  for (std::size_t n = 0; n < N; ++n)
+    std::printf("| %zu | %.4f | %.4f | %.4f | %.3f, %.3f |\n", n, s.forward[n].corr_len.value,
+                prefix_correlation(s.forward_pairs[n]), t.rows[n].forward.corr_len,
+                n < pairs.spread.size() ? pairs.spread[n].query : 1.0, n < pairs.spread.size() ? pairs.spread[n].key : 1.0);
+  const sigprop::Trace p = sigprop::with_position_gradients(t, sigprop::trace_position_gradients(k.config, w));
+  const auto gain = [](double in, double out) { return in / out - 1; };
+  std::printf("\n%s: sublayer gradient gain Var[g_in]/Var[g_out] - 1, measured / predicted (relative error); the\n"
+              "attention sublayer's for an i.i.d. upstream gradient as trace_position_gradients gives it\n\n",
+              k.label.c_str());
+  std::printf("| n | attention | FFN | attention, i.i.d. upstream | its value path |\n|---|---|---|---|---|\n");
+  for (std::size_t n = 0; n < N; ++n) {
+    const double am = gain(s.backward[n].var.value, s.backward_mid[n].var.value),
+                 ap = gain(p.rows[n].backward.var, p.mid[n].backward.var),
+                 fm = gain(s.backward_mid[n].var.value, s.backward[n + 1].var.value),
+                 fp = gain(p.mid[n].backward.var, p.rows[n + 1].backward.var);
+    // The first n + 1 layers without the last FFN branch and the final
+    // norm: the last attention sublayer gets the top gradient itself.
+    sigprop::ModelConfig first = k.config;
+    first.layers = n + 1;
+    first.final_layernorm = false;
+    sigprop::ModelWeights upto = w;
+    upto.layers.resize(n + 1);
+    upto.layers[n].ffn_branch = 0;
+    const sigprop::PositionGradientTrace alone = sigprop::trace_position_gradients(first, upto);
+    const double iid = gain(alone.average[n].var, alone.mid_average[n].var);
+    first.attention_gradient = sigprop::AttentionGradient::value_path_only;
+    const sigprop::PositionGradientTrace values = sigprop::trace_position_gradients(first, upto);
+    const double iid_values = gain(values.average[n].var, values.mid_average[n].var);
+    std::printf("| %zu | %.5f / %.5f (%+.1f %%) | %.5f / %.5f (%+.1f %%) | %.5f | %.5f |\n", n + 1, am, ap,
+                signed_percent(ap, am), fm, fp, signed_percent(fp, fm), iid, iid_values);
+  }
 }
 
 }  // namespace
@@ -162,6 +227,8 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 5;
   std::vector<std::size_t> depths = {12, 24, 48};
   std::size_t seq_len = 64, width = 128;
+  double dropout = -1;  // each model's own
+  sigprop::Moments<double> input_state{0, 1, 0.2, 0};
   long only = -1, diagnosed = -1;
   bool profile = false;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -170,6 +237,12 @@ int main(int argc, char** argv) {
     else if (flag == "--seed") seed = std::strtoull(value.c_str(), nullptr, 10);
     else if (flag == "--seq") seq_len = std::strtoul(value.c_str(), nullptr, 10);
     else if (flag == "--d") width = std::strtoul(value.c_str(), nullptr, 10);
+    else if (flag == "--dropout") dropout = std::strtod(value.c_str(), nullptr);
+    else if (flag == "--input") {
+      char* rest = nullptr;
+      input_state.var = std::strtod(value.c_str(), &rest);
+      input_state.corr_len = *rest == ',' ? std::strtod(rest + 1, nullptr) : input_state.corr_len;
+    }
     else if (flag == "--only") only = std::strtol(value.c_str(), nullptr, 10);
     else if (flag == "--profile") profile = value == "1";
     else if (flag == "--diagnose") diagnosed = std::strtol(value.c_str(), nullptr, 10);
@@ -191,13 +264,13 @@ int main(int argc, char** argv) {
               "corr p90 fwd / grad |\n|---|---|---|---|---|---|---|---|---|\n");
   std::vector<std::string> profiles;
   for (std::size_t N : depths) {
-    const auto models = depth_models(N, seq_len, width);
+    const auto models = depth_models(N, seq_len, width, dropout);
     for (std::size_t m = 0; m < models.size(); ++m) {
       if (only >= 0 && static_cast<std::size_t>(only) != m) continue;
       if (diagnosed >= 0 && static_cast<std::size_t>(diagnosed) != m) continue;
       const DepthCase& k = models[m];
       sigprop::InputSpec input = sigprop::with_architecture(sigprop::InputSpec{}, k.label.substr(0, k.label.find(' ')));
-      if (!k.embedding) input.measured = sigprop::Moments<double>{0, 1, 0.2, 0};
+      if (!k.embedding) input.measured = input_state;
       const sigprop::ModelWeights w = sigprop::initialize(k.config, k.scheme, input);
       mc::SimulationSetup setup;
       setup.trials = trials;

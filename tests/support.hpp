@@ -42,6 +42,17 @@ inline ModelConfig model_of(Arch arch, std::size_t layers, std::size_t d, std::s
   return c;
 }
 
+/// A decoder preset (with_architecture: "gpt2", "llama") of the given sizes.
+inline ModelConfig preset_of(const std::string& arch, std::size_t layers, std::size_t d, std::size_t heads,
+                             std::size_t seq_len) {
+  ModelConfig c;
+  c.layers = layers;
+  c.d = d;
+  c.heads = heads;
+  c.seq_len = seq_len;
+  return with_architecture(c, arch);
+}
+
 /// The standard normal density. T is named, not deduced (phi<long double>,
 /// phi<Big>), so that an argument such as -x of a multiprecision type is not
 /// taken for the type.

@@ -477,3 +477,105 @@ TEST_CASE("CausalAttention: logits over d_k against simulation", "[causal][monte
   CHECK(within(b.corr_len, gx.corr_len, 4, 0.01));
   CHECK(outside(b.var, unscaled.backward(in, g).var, 4, 0.05 * b.var.value));
 }
+
+namespace {
+
+// Correlations between positions as a deep causal stack's normalized stream
+// has them (docs/decoders.md, "The keys' spread"): R_km = c_k c_m off the
+// diagonal, c_k = top (1 - dip e^{-(k - 1)/6}): the first positions apart
+// from the rest, the later ones alike.
+Eigen::MatrixXd early_apart(int L, double top, double dip) {
+  Eigen::VectorXd c(L);
+  for (int k = 0; k < L; ++k) c(k) = top * (1 - dip * std::exp(-k / 6.0));
+  Eigen::MatrixXd R = c * c.transpose();
+  R.diagonal().setOnes();
+  return R;
+}
+
+double mean_off_diagonal(const Eigen::MatrixXd& R) {
+  const double L = double(R.rows());
+  return (R.sum() - R.trace()) / (L * (L - 1));
+}
+
+}  // namespace
+
+TEST_CASE("CausalAttention: the keys' spread by hand", "[causal]") {
+  // One correlation between all pairs: exchangeable keys, (1, 1) at any scale.
+  for (double r : {0.0, 0.3, 0.8}) {
+    Eigen::MatrixXd R = Eigen::MatrixXd::Constant(17, 17, 2.5 * r);
+    R.diagonal().setConstant(2.5);
+    const auto one = CausalAttention<double>::spread_of_pairs(R, r);
+    CHECK(one.query == Approx(1).epsilon(1e-12));
+    CHECK(one.key == Approx(1).epsilon(1e-12));
+  }
+  // Against the definition, query i's centred keys H R_i H one by one.
+  const int L = 9;
+  const Eigen::MatrixXd R = early_apart(L, 0.9, 0.5);
+  const double r = 0.7;
+  double query = 0, key = 0, weights = 0;
+  for (int i = 2; i <= L; ++i) {
+    const Eigen::MatrixXd H = Eigen::MatrixXd::Identity(i, i) - Eigen::MatrixXd::Constant(i, i, 1.0 / i);
+    const Eigen::MatrixXd K = H * R.topLeftCorner(i, i) * H;
+    const double w = (i - 1.0) / (double(i) * i);
+    query += w * K.squaredNorm() / (i - 1);
+    key += w * K.trace() / (i - 1);
+    weights += w;
+  }
+  const auto spread = CausalAttention<double>::spread_of_pairs(R, r);
+  CHECK(spread.query == Approx(query / (weights * (1 - r) * (1 - r))).epsilon(1e-12));
+  CHECK(spread.key == Approx(key / (weights * (1 - r))).epsilon(1e-12));
+  // Nearly one stream (r -> 1): H R H = eps H S H for R = (1 - eps) 11' + eps S,
+  // so the factors are S's, without cancellation in the sums.
+  const double eps = 1e-7;
+  const Eigen::MatrixXd S = early_apart(48, 0.93, 0.35);
+  const Eigen::MatrixXd near_one = (1 - eps) * Eigen::MatrixXd::Ones(48, 48) + eps * S;
+  const auto of_s = CausalAttention<double>::spread_of_pairs(S, mean_off_diagonal(S));
+  const auto of_near = CausalAttention<double>::spread_of_pairs(near_one, mean_off_diagonal(near_one));
+  CHECK(of_near.query == Approx(of_s.query).epsilon(1e-6));
+  CHECK(of_near.key == Approx(of_s.key).epsilon(1e-6));
+  CHECK_THROWS_WITH(CausalAttention<double>::spread_of_pairs(Eigen::MatrixXd::Identity(3, 4), 0),
+                    Catch::Contains("pairs is 3 x 4"));
+  CHECK_THROWS_WITH(CausalAttention<double>::spread_of_pairs(R, 1.5), Catch::Contains("r = 1.5"));
+  CHECK_THROWS_WITH(CausalAttention<double>(64, 16, 8, 0.01, 0.01, 0.01).with_key_spread(1, -1),
+                    Catch::Contains("key_spread.key = -1"));
+}
+
+TEST_CASE("CausalAttention: the softmax path at the keys' spread against simulation", "[causal][montecarlo]") {
+  // A Gaussian input whose first positions stand apart (early_apart), the
+  // softmax path's input gradient for an i.i.d. upstream gradient: the
+  // closed form at the pairs' mean correlation with the keys' spread,
+  // and without it (one correlation for every pair) as the control.
+  struct Point {
+    double top, dip, score, p, r_g;
+  };
+  const Point points[] = {{0.93, 0.25, 1.8, 0, 0}, {0.93, 0.35, 1.8, 0, 0}, {0.9, 0.3, 1.8, 0.1, 0.3},
+                          {0.75, 0.3, 3, 0, 0}};
+  const double d = 96, dk = 32;
+  const int L = 48;
+  std::uint64_t seed = 310;
+  int control_misses = 0;
+  for (const Point& pt : points) {
+    const Eigen::MatrixXd R = early_apart(L, pt.top, pt.dip);
+    const double r = mean_off_diagonal(R), q = std::sqrt(pt.score) / d;
+    const CausalAttention<double> plain(d, dk, L, q, q, 2 / d, pt.p);
+    const auto spread = CausalAttention<double>::spread_of_pairs(R, r);
+    const CausalAttention<double> spread_head = plain.with_key_spread(spread.query, spread.key);
+    const Moments<double> in{0, 1, r, 0};
+    const GradMoments<double> g{1, pt.r_g};
+    mc::SimulationSetup setup;
+    setup.trials = 3000;
+    setup.seed = ++seed;
+    const auto sim = mc::simulate_softmax_path(plain, R, g, setup);
+    const double predicted = spread_head.softmax_path(in, g).var, one_r = plain.softmax_path(in, g).var;
+    std::printf("keys' spread top %.2f dip %.2f score %.1f p %.1f r_g %.1f: r %.3f, spread (%.3f, %.3f); simulated "
+                "%.5f +- %.5f, with the spread %+.1f %%, one correlation %+.1f %%\n",
+                pt.top, pt.dip, pt.score, pt.p, pt.r_g, r, spread.query, spread.key, sim.value, sim.std_error,
+                100 * (predicted / sim.value - 1), 100 * (one_r / sim.value - 1));
+    INFO("simulated " << sim.value << " +- " << sim.std_error << ", predicted " << predicted << ", one r " << one_r);
+    // 4 standard errors (about 1 % here) plus the 5 % allowance of the
+    // sequence averages (the spread's weights are uniform attention's).
+    CHECK(within(sim, predicted, 4, 0.05 * sim.value));
+    if (outside(sim, one_r, 4, 0.05 * sim.value)) ++control_misses;
+  }
+  CHECK(control_misses == 4);
+}

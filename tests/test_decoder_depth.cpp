@@ -19,12 +19,7 @@ TEST_CASE("decoders at depth: a 12-layer gpt2 against whole-model simulation", "
   // gpt2 (Pre-LN, causal, GeLU, final LayerNorm), Xavier, dropout 0.1,
   // d = 128, H = 2, L = 64, input variance 1 and length correlation 0.2:
   // the model of the report that the table's input row was 37 % low on.
-  ModelConfig c;
-  c.layers = 12;
-  c.d = 128;
-  c.heads = 2;
-  c.seq_len = 64;
-  c = with_architecture(c, "gpt2");
+  const ModelConfig c = test::preset_of("gpt2", 12, 128, 2, 64);
   InputSpec input;
   input.measured = Moments<double>{0, 1, 0.2, 0};
   const ModelWeights w = initialize(c, Scheme::xavier, input);
@@ -121,14 +116,7 @@ TEST_CASE("decoders at depth: a llama under its own initialization, from its tok
   // the closed forms' variances the length correlation was +0.04-0.07 high
   // at rows 2-6 and the variance 4-9 % low (docs/decoders.md, "Decoders at
   // depth").
-  ModelConfig c;
-  c.layers = 6;
-  c.d = 128;
-  c.heads = 8;
-  c.seq_len = 32;
-  c.ffn_hidden = 352;
-  c = with_architecture(c, "llama");
-  c.dropout = 0;
+  const ModelConfig c = test::preset_of("llama", 6, 128, 8, 32);  // FFN width 344, dropout 0
   InputSpec input = with_architecture(InputSpec{}, "llama");
   input.vocab = 1000;
   const ModelWeights w = initialize(c, Scheme::llama, input);

@@ -301,12 +301,7 @@ TEST_CASE("decoders under their own schemes (gpt2, llama) against whole-model si
   // embedding (three tables of variance R^2, dropout p); 16 trials.
   std::uint64_t seed = 601;
   for (const Scheme scheme : {Scheme::gpt2, Scheme::llama}) {
-    ModelConfig c;
-    c.layers = 4;
-    c.d = 128;
-    c.heads = 4;
-    c.seq_len = 64;
-    c = with_architecture(c, native_architecture(scheme));
+    const ModelConfig c = test::preset_of(native_architecture(scheme), 4, 128, 4, 64);
     mc::ModelCase k{to_string(scheme), c, scheme};
     k.embedding = true;
     mc::SimulationSetup setup;
@@ -337,12 +332,7 @@ TEST_CASE("decoders: logits over d_k against whole-model simulation", "[decoders
   // the simulated model with the same logits, with the thresholds of the
   // per-layer test above, and the row correlations within 4 standard errors
   // plus 0.02. The trace with logits over sqrt(d_k) must miss somewhere.
-  ModelConfig c;
-  c.layers = 4;
-  c.d = 128;
-  c.heads = 4;
-  c.seq_len = 64;
-  c = with_architecture(c, "gpt2");
+  ModelConfig c = test::preset_of("gpt2", 4, 128, 4, 64);
   c.logit_scale = LogitScale::inv_dk;
   InputSpec input;
   input.measured = Moments<double>{0, 1, 0.2, 0};

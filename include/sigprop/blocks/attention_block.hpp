@@ -84,13 +84,15 @@ template <class T>
 CausalAttentionBlock<T> causal_attention_block(T d, T heads, T seq_len, const AttentionWeights<T>& w, T p,
                                               AttentionGradient gradient, RotaryEmbedding rotary,
                                               const AttentionWeights<T>& bias, T attention_p,
-                                              LogitScale logit_scale = LogitScale::inv_sqrt_dk) {
+                                              LogitScale logit_scale = LogitScale::inv_sqrt_dk,
+                                              const std::optional<detail::KeySpread<T>>& spread = std::nullopt) {
   require_width("sigprop::causal_attention_block", "heads", heads);
   require_width("sigprop::causal_attention_block", "d / heads", T(d / heads));
-  return serial(multi_head(CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, attention_p, gradient, rotary,
-                                              logit_scale)
-                               .with_biases(bias.q, bias.k, bias.v),
-                           heads),
+  CausalAttention<T> head =
+      CausalAttention<T>(d, d / heads, seq_len, w.q, w.k, w.v, attention_p, gradient, rotary, logit_scale)
+          .with_biases(bias.q, bias.k, bias.v);
+  if (spread) head = head.with_key_spread(spread->query, spread->key);
+  return serial(multi_head(std::move(head), heads),
                 Linear<T>(d, d, w.o, bias.o), Dropout<T>(p));
 }
 

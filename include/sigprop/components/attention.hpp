@@ -129,7 +129,8 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
                  AttentionGradient gradient = AttentionGradient::all_paths, RotaryEmbedding rotary = {},
                  LogitScale logit_scale = LogitScale::inv_sqrt_dk)
       : h_{d_in, d_k, seq_len, q_var, k_var, v_var, p, rotary, T(0 * q_var), T(0 * q_var), T(0 * q_var), logit_scale},
-        gradient_(gradient) {
+        gradient_(gradient),
+        spread_{T(0 * q_var + 1), T(0 * q_var + 1)} {
     require_width(name, "d_in", h_.d_in);
     require_width(name, "d_k", h_.d_k);
     Mask::require_seq_len(name, h_.seq_len);
@@ -153,6 +154,8 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
   AttentionGradient gradient() const { return gradient_; }
   const RotaryEmbedding& rotary() const { return h_.rotary; }
   LogitScale logit_scale() const { return h_.logit_scale; }
+  /// The softmax path's factors for keys apart by more than one correlation (1, 1 by default).
+  const detail::KeySpread<T>& key_spread() const { return spread_; }
 
   Moments<T> forward_impl(const Moments<T>& in) const {
     const AttentionTerms<T> a = terms_of(in);
@@ -161,7 +164,7 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
 
   GradMoments<T> backward_impl(const Moments<T>& in, const GradMoments<T>& g) const {
     const AttentionTerms<T> a = terms_of(in);
-    return detail::attention_backward(h_, gradient_, in, a, Mask::sums(h_, in, a), g, Mask::value_key_cross);
+    return detail::attention_backward(h_, gradient_, in, a, Mask::sums(h_, in, a), g, spread_, Mask::value_key_cross);
   }
 
   /// Validity measures (core/domain.hpp): the score variance, the weight
@@ -185,7 +188,7 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
   }
 
   GradMoments<T> backward_recorded_impl(const Record& r, const GradMoments<T>& g) const {
-    return detail::attention_backward(h_, gradient_, r.in, r.terms, r.sums, g, Mask::value_key_cross);
+    return detail::attention_backward(h_, gradient_, r.in, r.terms, r.sums, g, spread_, Mask::value_key_cross);
   }
 
   Domain<T> domain_recorded(const Record& r) const { return domain_of(r.terms); }
@@ -222,7 +225,7 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
     require_moments(name, in);
     require_grad_moments(name, g);
     const AttentionTerms<T> a = terms_of(in);
-    return detail::checked_grad(name, detail::grad_of(detail::softmax_path(h_, a, Mask::sums(h_, in, a), in, g)));
+    return detail::checked_grad(name, detail::grad_of(detail::softmax_path(h_, a, Mask::sums(h_, in, a), in, g, spread_)));
   }
 
   /// The gradients at the outputs of the head's projections, dLoss/dQ,
@@ -233,7 +236,7 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
     require_grad_moments(name, g);
     const AttentionTerms<T> a = terms_of(in);
     const SoftmaxSums<T> s = Mask::sums(h_, in, a);
-    const detail::SoftmaxOutputs<T> o = detail::softmax_outputs(h_, a, s, in, g);
+    const detail::SoftmaxOutputs<T> o = detail::softmax_outputs(h_, a, s, in, g, spread_);
     const T gain = h_.logit_gain();
     const detail::PathMoments<T> query{o.query.var * gain, o.query.cov * gain};
     return {detail::checked_grad(name, detail::grad_of(query)), detail::checked_grad(name, detail::grad_of(o.key)),
@@ -254,6 +257,13 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
     h_.v_bias = v_bias;
   }
 
+  /// The softmax path's query and key factors (detail::KeySpread), each finite and >= 0.
+  void set_key_spread(const T& query, const T& key) {
+    require_variance(name, "key_spread.query", query);
+    require_variance(name, "key_spread.key", key);
+    spread_ = {query, key};
+  }
+
   // Needed several times for one input (forward, the heads' norm
   // fluctuation, domain, the backward's replay of the forward pass when
   // there is no record): memoized per thread (core/memo.hpp).
@@ -268,6 +278,7 @@ class BasicAttention : public Component<BasicAttention<T, Mask>, T> {
 
   detail::HeadParams<T> h_;
   AttentionGradient gradient_;
+  detail::KeySpread<T> spread_;
 };
 
 /// Full (non-causal) attention: every query attends to all L keys.

@@ -18,6 +18,11 @@
 //               mean shrink_i shrink_m = ((sum shrink)^2 - sum shrink^2)/(L (L - 1));
 //   centring    the pairs weighted by 1 - <P>_i - <P>_m + X_im,
 //               <P>_n = (1 - J_n/S2_n + S2_n)/2.
+// Keys whose pairs are not one correlation r (with_key_spread, spread_of_pairs;
+// R_i the correlations of keys 1..i, H = I - 11'/i, w_i = (i - 1)/i^2):
+//   query = sum_i w_i |H R_i H|_F^2/(i - 1) / (sum_i w_i (1 - r)^2)   (times the pos_var^2 terms),
+//   key   = sum_i w_i tr(H R_i H)/(i - 1) / (sum_i w_i (1 - r))       (times the pos_var terms)
+// of the softmax path (docs/decoders.md, "The keys' spread").
 // forward()/backward() give the sequence averages (the moment state of the
 // whole sequence); the position_* functions give each position's moments.
 // The per-key-count factors are evaluated at n = 2..64, then on a geometric
@@ -27,6 +32,7 @@
 // (montecarlo/components/causal_attention.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <string>
@@ -63,7 +69,18 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
   CausalAttention with_gradient(AttentionGradient gradient) const {
     return CausalAttention(this->d_in(), this->d_k(), this->seq_len(), this->q_var(), this->k_var(), this->v_var(),
                            this->p(), gradient, this->rotary(), this->logit_scale())
-        .with_biases(this->q_bias(), this->k_bias(), this->v_bias());
+        .with_biases(this->q_bias(), this->k_bias(), this->v_bias())
+        .with_key_spread(this->key_spread().query, this->key_spread().key);
+  }
+
+  /// This head with the softmax path's factors for keys that are not
+  /// exchangeable (detail::KeySpread; both finite and >= 0): the query path's
+  /// terms in two position-specific variances times `query`, those in one
+  /// times `key`.
+  CausalAttention with_key_spread(const T& query, const T& key) const {
+    CausalAttention a = *this;
+    a.set_key_spread(query, key);
+    return a;
   }
 
   /// This head with biases on Q, K and V (Attention::with_biases).
@@ -71,6 +88,44 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
     CausalAttention a = *this;
     a.set_biases(q_bias, k_bias, v_bias);
     return a;
+  }
+
+  /// The keys' spread of an input whose positions have the covariance
+  /// `pairs` (L x L, equal variances: a normalized stream's) against one
+  /// correlation r between all of them, for with_key_spread(): over the
+  /// queries i = 2..L, weighted as uniform attention weights them, the
+  /// squared Frobenius norm and the trace of their keys' centred correlations
+  /// (docs/decoders.md, "The keys' spread").
+  static detail::KeySpread<double> spread_of_pairs(const Eigen::MatrixXd& pairs, double r) {
+    const Eigen::Index L = pairs.rows();
+    if (L < 2 || pairs.cols() != L)
+      detail::raise_domain(name, "pairs is " + std::to_string(L) + " x " + std::to_string(pairs.cols()) +
+                                     ", outside the valid range {L x L, L >= 2}");
+    if (!pairs.allFinite()) detail::raise_domain(name, "pairs has an entry that is not finite");
+    require_positive(name, "pairs(0, 0)", pairs(0, 0));
+    require_correlation(name, "r", r);
+    // H R H = H (R - r 11') H: the sums below are of R - r, whose entries are
+    // of the order of 1 - r (no cancellation as r -> 1).
+    const double unit = 1 / pairs(0, 0);
+    Eigen::VectorXd rows = Eigen::VectorXd::Zero(L);  // (R_i - r) 1 over the keys so far
+    double total = 0, frobenius = 0, trace = 0, weights = 0, query = 0, key = 0;
+    for (Eigen::Index m = 0; m < L; ++m) {
+      const Eigen::VectorXd before = (pairs.col(m).head(m) * unit).array() - r;
+      const double own = pairs(m, m) * unit - r, sum = before.sum();
+      rows.head(m) += before;
+      rows(m) = sum + own;
+      total += 2 * sum + own;
+      frobenius += 2 * before.squaredNorm() + own * own;
+      trace += own;
+      if (m == 0) continue;
+      const double i = double(m + 1), w = (i - 1) / (i * i);
+      query += w * (frobenius - 2 * rows.head(m + 1).squaredNorm() / i + total * total / (i * i)) / (i - 1);
+      key += w * (trace - total / i) / (i - 1);
+      weights += w;
+    }
+    const double apart = 1 - r;  // (rounding can leave a sum of squares just below 0)
+    return {std::max(math::ratio_or(query, weights * apart * apart, 1.0), 0.0),
+            std::max(math::ratio_or(key, weights * apart, 1.0), 0.0)};
   }
 
   /// The softmax sums averaged over the sequence (validated like forward()).
@@ -273,7 +328,10 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
   /// covariance), O(L): the closed form's value average,
   ///   diagonal = d_in v_var mean_i (S2_i var / (1 - p) + (1 - S2_i) cov),
   ///   off      = d_in v_var (cov + (var - cov) pair_cross).
-  std::pair<T, T> value_pair_means(const Moments<T>& in) const {
+  struct PairMeans {
+    T diagonal, off;
+  };
+  PairMeans value_pair_means(const Moments<T>& in) const {
     static_assert(is_scalar_v<T>, "sigprop::CausalAttention: per-position results are for scalar T");
     require_moments(name, in);
     const detail::CausalProfile<Real> f = detail::causal_profile_of(this->params(), in);
@@ -323,7 +381,8 @@ class CausalAttention : public BasicAttention<T, detail::CausalMask> {
 
   GradMoments<T> backward_with(const Moments<T>& in, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
                                const GradMoments<T>& g) const {
-    return detail::attention_backward(this->params(), this->gradient(), in, a, s, g, detail::CausalMask::value_key_cross);
+    return detail::attention_backward(this->params(), this->gradient(), in, a, s, g, this->key_spread(),
+                                      detail::CausalMask::value_key_cross);
   }
 
   // H_L - H_i for i = 1..L (index i - 1).

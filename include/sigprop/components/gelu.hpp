@@ -53,6 +53,7 @@
 
 #include "sigprop/components/detail/activation_norm.hpp"
 #include "sigprop/components/detail/gelu_tanh.hpp"
+#include "sigprop/components/detail/gelu_tanh_moments.hpp"
 #include "sigprop/core/component.hpp"
 #include "sigprop/numerics/quadrature.hpp"
 
@@ -346,9 +347,7 @@ class GeluQuadrature {
   R mu_, var_, s_, mean_, deficit_;
 };
 
-struct GeluTanhForwardTag;  // the tanh form's memo entries (forward, backward, norm_var_ratio)
-struct GeluTanhBackwardTag;
-struct GeluTanhNormTag;
+struct GeluTanhNormTag;  // the tanh form's norm_var_ratio memo entry
 
 }  // namespace detail
 
@@ -381,7 +380,7 @@ class Gelu : public Component<Gelu<T>, T> {
       set_lane(out.corr_len, i, var > 0 ? quad.cov(lane(in.corr_len, i)) / var : lane(in.corr_len, i));
       set_lane(out.corr_dim, i, var > 0 ? quad.cov(lane(in.corr_dim, i)) / var : lane(in.corr_dim, i));
     });
-    if (form_ == GeluForm::tanh) tanh_forward(in, out);
+    if (form_ == GeluForm::tanh) detail::gelu_tanh_forward(in, out);  // detail/gelu_tanh_moments.hpp
     out.norm_var_ratio =
         form_ == GeluForm::tanh
             ? detail::smooth_activation_norm_var_ratio<detail::GeluTanhNormTag>(in, &detail::gelu_tanh_value)
@@ -411,7 +410,7 @@ class Gelu : public Component<Gelu<T>, T> {
       // sec = 0 only for s = 0 at GeLU'(mu) = 0 or on underflow: the s -> 0 limit.
       set_lane(corr, i, sec > 0 ? quad.grad_cross(lane(in.corr_len, i)) / sec : Real(1));
     });
-    if (form_ == GeluForm::tanh) tanh_backward(in, second, corr);
+    if (form_ == GeluForm::tanh) detail::gelu_tanh_backward(in, second, corr);
     return keeping_activation_alignment(T(g.var * second), T(g.corr_len * corr), g);
   }
 
@@ -434,66 +433,6 @@ class Gelu : public Component<Gelu<T>, T> {
       else
         f(i, detail::GeluQuadrature<Real>(mean, var));
     }
-  }
-
-  // The tanh form: the erf form's moments in `out` plus the gap's, lane by
-  // lane (detail/gelu_tanh.hpp); memoized per thread (core/memo.hpp). At
-  // variance 0 the output is u(mu) and the correlations stay the input's.
-  static void tanh_forward(const Moments<T>& in, Moments<T>& out) {
-    const auto m = detail::memoized<detail::GeluTanhForwardTag>(
-        std::array<T, 4>{in.mean, in.var, in.corr_len, in.corr_dim}, [&] {
-          std::array<T, 4> r{out.mean, out.var, out.corr_len, out.corr_dim};
-          for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
-            const double mu = double(lane(in.mean, i)), var = double(lane(in.var, i));
-            if (!(var > 0)) {
-              set_lane(r[0], i, detail::gelu_tanh_value(mu));
-              continue;
-            }
-            const double erf_var = double(lane(out.var, i));
-            const detail::GeluTanhGap gap(mu, var);
-            const double v = erf_var + gap.cov(1, erf_var);
-            set_lane(r[0], i, double(lane(out.mean, i)) + gap.mean());
-            set_lane(r[1], i, v);
-            for (std::size_t k : {2, 3}) {
-              const double r_in = double(lane(k == 2 ? in.corr_len : in.corr_dim, i));
-              const double c = double(lane(r[k], i)) * erf_var + gap.cov(r_in, erf_var);
-              set_lane(r[k], i, v > 0 ? c / v : r_in);
-            }
-          }
-          return r;
-        });
-    out.mean = m[0];
-    out.var = m[1];
-    out.corr_len = m[2];
-    out.corr_dim = m[3];
-  }
-
-  // E[u'^2] and the gradient correlation's factor of the tanh form from the
-  // erf form's (`second`, `corr`), lane by lane; memoized.
-  static void tanh_backward(const Moments<T>& in, T& second, T& corr) {
-    const auto m = detail::memoized<detail::GeluTanhBackwardTag>(
-        std::array<T, 3>{in.mean, in.var, in.corr_len}, [&] {
-          std::array<T, 2> r{second, corr};
-          for (std::size_t i = 0; i < lane_count(in.mean); ++i) {
-            const double mu = double(lane(in.mean, i)), var = double(lane(in.var, i));
-            if (!(var > 0)) {
-              const double d = detail::gelu_tanh_derivative(mu);
-              set_lane(r[0], i, d * d);
-              set_lane(r[1], i, 1.0);
-              continue;
-            }
-            const double erf_second = double(lane(second, i));
-            const detail::GeluTanhGap gap(mu, var);
-            const double sec = erf_second + gap.grad_cross(1, erf_second);
-            const double r_in = double(lane(in.corr_len, i));
-            const double cross = double(lane(corr, i)) * erf_second + gap.grad_cross(r_in, erf_second);
-            set_lane(r[0], i, sec);
-            set_lane(r[1], i, sec > 0 ? cross / sec : 1.0);
-          }
-          return r;
-        });
-    second = m[0];
-    corr = m[1];
   }
 };
 

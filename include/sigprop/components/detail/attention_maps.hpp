@@ -209,6 +209,15 @@ PathMoments<T> value_output(const HeadParams<T>& h, const SoftmaxSums<T>& s, con
   return {var, cov};
 }
 
+/// How far each query's keys are apart against one correlation r between
+/// all pairs: the query path's and the key path's factors (1 for
+/// exchangeable keys; CausalAttention::spread_of_pairs computes them from the
+/// pairs of positions, docs/decoders.md, "The keys' spread").
+template <class T>
+struct KeySpread {
+  T query, key;
+};
+
 /// The gradients at the outputs of the query and key projections through the
 /// softmax Jacobian (the header's Var_Q, Cov_Q, Var_K, Cov_K); the query's
 /// for Q scaled as score_q_var() has it (times logit_gain() for dLoss/dQ).
@@ -219,12 +228,11 @@ struct SoftmaxOutputs {
 
 template <class T>
 SoftmaxOutputs<T> softmax_outputs(const HeadParams<T>& h, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
-                                  const Moments<T>& in, const GradMoments<T>& g) {
+                                  const Moments<T>& in, const GradMoments<T>& g, const KeySpread<T>& spread) {
   const T& L = h.seq_len;
   const T base = h.v_var * g.var * h.d_in * h.d_in;  // times k_var for dQ, q_var for dK
   const T shared_var = in.corr_len * in.var;          // r s^2
   const T shared4 = a.common * a.common + 2 * shared_var * (shared_var + 2 * in.mean * in.mean) / h.d_in;
-  const T values = (a.pos_var + h.p * a.common) / (1 - h.p);
   // Rotary embeddings: the coherent parts need the same direction at every
   // key or in every query, so they are left in the share f that stays put;
   // the keys' shared part joins their position-specific variance in 1 - f.
@@ -234,17 +242,24 @@ SoftmaxOutputs<T> softmax_outputs(const HeadParams<T>& h, const AttentionTerms<T
                                              h.t() * (1 + (h.d_in + 1) / h.d_k);
   const T r_g = feasible_corr(h, g.corr_len);
   const T coherent = a.pos_cov_sq / h.d_in;
-  const T keys = a.pos_var + a.common * (1 - keep);
-  const PathMoments<T> query{base * h.k_var * (s.jacobian * keys * values + s.shrink_sq * coherent * keep),
+  // keys (pos_var + common (1 - keep)) times values ((pos_var + p common)/(1 - p));
+  // for spread keys a product of two position-specific variances takes the
+  // query factor, a term with one of them the key factor.
+  const T rotated = a.common * (1 - keep);
+  const T keys_values = (spread.query * a.pos_var * a.pos_var +
+                         spread.key * a.pos_var * (h.p * a.common + rotated) + rotated * h.p * a.common) /
+                        (1 - h.p);
+  const PathMoments<T> query{base * h.k_var * (s.jacobian * keys_values + s.shrink_sq * coherent * keep),
                              base * h.k_var * r_g * keep *
                                  (s.pair_cross_centred * a.pos_var * a.pos_var + s.shrink_cross * coherent)};
-  const T key_var = s.key_jacobian * (a.pos_var * a.second + h.p * (a.common * a.pos_var + shared4)) / (1 - h.p) +
-                    r_g * s.key_pairs_centred * a.pos_var * common_eff;
+  const T key_var =
+      s.key_jacobian * (spread.key * a.pos_var * (a.second + h.p * a.common) + h.p * shared4) / (1 - h.p) +
+      r_g * s.key_pairs_centred * spread.key * a.pos_var * common_eff;
   // A query bias is a part of every query shared by all, of second moment
   // q_bias/(d_in q_var) in units of the input: it joins m2 and the queries' common part.
   const T query_bias = h.score_q_bias() / h.d_in;
-  const T bias_var = s.key_jacobian * (a.pos_var + h.p * (a.pos_var + a.common)) / (1 - h.p) +
-                     r_g * s.key_pairs_centred * a.pos_var;
+  const T bias_var = s.key_jacobian * (spread.key * a.pos_var * (1 + h.p) + h.p * a.common) / (1 - h.p) +
+                     r_g * s.key_pairs_centred * spread.key * a.pos_var;
   // A negative r_g makes the coherent key term negative; the variance it
   // belongs to cannot be (only reachable far outside the validated domain).
   const T key_var_bounded = base * h.score_q_var() * math::clamp_nonnegative(key_var) +
@@ -261,8 +276,8 @@ PathMoments<T> value_path(const HeadParams<T>& h, const SoftmaxSums<T>& s, const
 /// The gradient through the softmax alone, dX = dQ Wq^T + dK Wk^T.
 template <class T>
 PathMoments<T> softmax_path(const HeadParams<T>& h, const AttentionTerms<T>& a, const SoftmaxSums<T>& s,
-                            const Moments<T>& in, const GradMoments<T>& g) {
-  const SoftmaxOutputs<T> o = softmax_outputs(h, a, s, in, g);
+                            const Moments<T>& in, const GradMoments<T>& g, const KeySpread<T>& spread) {
+  const SoftmaxOutputs<T> o = softmax_outputs(h, a, s, in, g, spread);
   const PathMoments<T> q = through(h, o.query, h.score_q_var()), k = through(h, o.key, h.k_var);
   return {q.var + k.var, q.cov + k.cov};
 }
@@ -284,16 +299,16 @@ PathMoments<T> value_key_cross(const HeadParams<T>& h, const AttentionTerms<T>& 
 }
 
 /// The backward map: the value path plus, unless `gradient` excludes it, the
-/// softmax path and, where the mask has it (`value_key`: full attention),
-/// twice their covariance (the key path's, value_key_cross; the query
-/// path's vanishes to the order modelled).
+/// softmax path at the keys' spread and, where the mask has it (`value_key`:
+/// full attention), twice their covariance (the key path's, value_key_cross;
+/// the query path's vanishes to the order modelled).
 template <class T>
 GradMoments<T> attention_backward(const HeadParams<T>& h, AttentionGradient gradient, const Moments<T>& in,
                                   const AttentionTerms<T>& a, const SoftmaxSums<T>& s, const GradMoments<T>& g,
-                                  bool value_key) {
+                                  const KeySpread<T>& spread, bool value_key) {
   const PathMoments<T> value = value_path(h, s, g);
   if (gradient == AttentionGradient::value_path_only) return grad_of(value);
-  const PathMoments<T> softmax = softmax_path(h, a, s, in, g);
+  const PathMoments<T> softmax = softmax_path(h, a, s, in, g, spread);
   const PathMoments<T> cross = value_key ? value_key_cross(h, a, s, g) : PathMoments<T>{0 * g.var, 0 * g.var};
   return grad_of(PathMoments<T>{value.var + softmax.var + 2 * cross.var, value.cov + softmax.cov + 2 * cross.cov});
 }

@@ -76,6 +76,9 @@ class GeluTanhGap {
     const double scale = std::max(std::abs(gelu_mean(mean, var)), s_);
     gap_mean_ = expect([](double x) { return gelu_tanh_gap(x); }, scale / 10);
   }
+  /// The same with E[delta] known (mean() of an equal gap).
+  GeluTanhGap(double mean, double var, double gap_mean)
+      : mu_(mean), var_(var), s_(std::sqrt(var)), gap_mean_(gap_mean) {}
 
   /// E[delta].
   double mean() const { return gap_mean_; }

@@ -20,6 +20,7 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -86,9 +87,11 @@ void correlations_through(const Eigen::MatrixXd& C, F f, Eigen::MatrixXd& R) {
 }
 
 /// The causal attention sublayer of a Pre-LN stack on the pairs C (in
-/// place) at the averaged stream x.
-inline void attention_pairs_forward(const StackShape<double>& s, const LayerWeights& w, const Moments<double>& x,
-                                      Eigen::MatrixXd& C, Eigen::MatrixXd& work) {
+/// place) at the averaged stream x; returns the keys' spread at its input.
+inline KeySpread<double> attention_pairs_forward(const StackShape<double>& s, const LayerWeights& w,
+                                                 const Moments<double>& x, Eigen::MatrixXd& C,
+                                                 Eigen::MatrixXd& work) {
+  KeySpread<double> spread{1, 1};
   with_attention_block(s, w, [&](auto block) {
     with_sublayer(s, w, Sublayer::attention, std::move(block), [&](const auto& sub) {
       const auto& branch = residual_of<double>(sub).branch();  // serial(norm, block)
@@ -106,6 +109,7 @@ inline void attention_pairs_forward(const StackShape<double>& s, const LayerWeig
           return h.var * norm.forward(at).corr_len;
         }, work);
         work.diagonal().setConstant(h.var);
+        spread = CausalAttention<double>::spread_of_pairs(work, h.corr_len);
         work = head.value_pair_forward(h, std::move(work));
         const Eigen::MatrixXd& Y = work;
         const auto [Y1_diagonal, Y1_off] = head.value_pair_means(h);  // at h's one correlation
@@ -117,6 +121,7 @@ inline void attention_pairs_forward(const StackShape<double>& s, const LayerWeig
       }  // (else: with_attention_block builds the causal block here)
     });
   });
+  return spread;
 }
 
 /// The FFN sublayer of a Pre-LN stack on the pairs C (in place) at the
@@ -138,6 +143,28 @@ void ffn_pairs_forward(const StackShape<double>& s, const LayerWeights& w, const
   });
 }
 
+/// Each position's variance and mean correlation with the other positions,
+/// from one row's pairs C: C_ii and sum_{m != i} C_im / sqrt(C_ii C_mm) / (L - 1).
+struct PositionColumn {
+  Eigen::VectorXd var, corr;
+};
+
+inline PositionColumn position_column(const Eigen::MatrixXd& C) {
+  const Eigen::VectorXd inv = C.diagonal().unaryExpr([](double v) { return v > 0 ? 1 / std::sqrt(v) : 0.0; });
+  const double others = double(C.rows() - 1);
+  PositionColumn c{C.diagonal(), (inv.asDiagonal() * (C * inv) - C.diagonal().cwiseProduct(inv.cwiseAbs2())) / others};
+  c.corr = c.corr.cwiseMax(-1.0).cwiseMin(1.0);
+  return c;
+}
+
+/// trace()'s pairs of positions as each position's column, per row (1..N:
+/// rows[n - 1]) and between the sublayers (mid[n]), for its first lane;
+/// empty where it carries none (not causal Pre-LN, or too long).
+struct PositionPairs {
+  std::vector<PositionColumn> rows, mid;
+  std::vector<KeySpread<double>> spread;  ///< each layer's attention input's (key_spread)
+};
+
 /// The scalar activation of a batched one (Relu<BatchChunk> -> Relu<double>).
 template <class A>
 struct scalar_activation;
@@ -150,16 +177,7 @@ struct scalar_activation<A<T>> {
 template <class T>
 StackShape<double> lane_shape(const StackShape<T>& s, std::size_t i) {
   StackShape<double> one;
-  one.arch = s.arch;
-  one.activation = s.activation;
-  one.final_layernorm = s.final_layernorm;
-  one.attention_gradient = s.attention_gradient;
-  one.norm = s.norm;
-  one.causal = s.causal;
-  one.gated = s.gated;
-  one.rotary = s.rotary;
-  one.logit_scale = s.logit_scale;
-  one.layers = s.layers;
+  one.structure() = s;
   for_each_field([i](double& to, const T& from) { to = static_cast<double>(lane(from, i)); }, one, s);
   return one;
 }
@@ -178,6 +196,7 @@ LayerWeights lane_weights(const W& w, std::size_t i) {
 struct ForwardPairs {
   std::vector<Eigen::MatrixXd> lanes;
   std::vector<bool> repeats;
+  std::vector<KeySpread<double>> spread;  // each lane's at the last attention sublayer's input
   Eigen::MatrixXd work;  // the sublayers' L x L, reused
 };
 
@@ -188,6 +207,7 @@ ForwardPairs start_forward_pairs(const StackShape<T>& s, const std::vector<W>& l
   const std::size_t lanes = lane_count(input.var);
   p.lanes.resize(lanes);
   p.repeats.assign(lanes, false);
+  p.spread.assign(lanes, {1, 1});
   for (std::size_t i = 0; i < lanes; ++i) {
     bool repeat = i > 0;
     const auto same = [&](const auto& a, const auto& b) { repeat = repeat && lane(a, i) == lane(b, i - 1); };
@@ -216,6 +236,7 @@ void forward_pairs(ForwardPairs& p, Sublayer which, const StackShape<T>& s, cons
     if (p.repeats[i]) {
       set_lane(out.var, i, lane(out.var, i - 1));
       set_lane(out.corr_len, i, lane(out.corr_len, i - 1));
+      p.spread[i] = p.spread[i - 1];
       continue;
     }
     Eigen::MatrixXd& C = p.lanes[i];
@@ -225,13 +246,35 @@ void forward_pairs(ForwardPairs& p, Sublayer which, const StackShape<T>& s, cons
     const Moments<double> at = lane_moments(x, i);
     using Scalar = typename scalar_activation<Activation>::type;
     if (which == Sublayer::attention)
-      attention_pairs_forward(one, weights, at, C, p.work);
+      p.spread[i] = attention_pairs_forward(one, weights, at, C, p.work);
     else
       ffn_pairs_forward<Scalar>(one, weights, at, C, p.work);
     const PairMeans means = pair_means(C);
     set_lane(out.var, i, means.diagonal);
     set_lane(out.corr_len, i, means.corr());
   }
+}
+
+/// The keys' spread of the last attention sublayer, lane by lane, in
+/// `like`'s lane type (none where no lane carries pairs).
+template <class T>
+std::optional<KeySpread<T>> key_spread_of(const ForwardPairs& p, const T& like) {
+  if (p.lanes.empty()) return std::nullopt;
+  KeySpread<T> out{T(0 * like + 1), T(0 * like + 1)};
+  for (std::size_t i = 0; i < p.lanes.size(); ++i) {
+    set_lane(out.query, i, p.spread[i].query);
+    set_lane(out.key, i, p.spread[i].key);
+  }
+  return out;
+}
+
+/// Appends the first lane's columns after sublayer `which` to `record` (if
+/// any, and if the pairs are carried), and after the attention sublayer the
+/// spread at its input.
+inline void record_columns(const ForwardPairs& p, Sublayer which, PositionPairs* record) {
+  if (!record || p.lanes.empty() || p.lanes[0].size() == 0) return;
+  (which == Sublayer::attention ? record->mid : record->rows).push_back(position_column(p.lanes[0]));
+  if (which == Sublayer::attention) record->spread.push_back(p.spread[0]);
 }
 
 }  // namespace detail

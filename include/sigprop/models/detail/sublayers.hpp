@@ -11,6 +11,7 @@
 
 #include <any>
 #include <cstddef>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -28,10 +29,8 @@
 
 namespace sigprop {
 
-/// What every lane of a stack shares (its structure) and the sizes that may
-/// differ from lane to lane.
-template <class T>
-struct StackShape {
+/// What every lane of a stack shares: its structure.
+struct StackStructure {
   Arch arch = Arch::pre_ln;
   FfnActivation activation = FfnActivation::relu;
   bool final_layernorm = false;
@@ -41,6 +40,18 @@ struct StackShape {
   RotaryEmbedding rotary;
   LogitScale logit_scale = LogitScale::inv_sqrt_dk;
   std::size_t layers = 0;
+
+  auto tied() const {
+    return std::tie(arch, activation, final_layernorm, attention_gradient, norm, causal, gated, rotary.base,
+                    logit_scale, layers);
+  }
+  bool operator==(const StackStructure& o) const { return tied() == o.tied(); }
+  bool operator!=(const StackStructure& o) const { return !(*this == o); }
+};
+
+/// A stack's structure and the sizes that may differ from lane to lane.
+template <class T>
+struct StackShape : StackStructure {
   T d, heads, hidden, seq_len, dropout;  ///< hidden: the FFN's hidden width
   T ln_gain, ln_bias;                    ///< the norms' affine gain and (LayerNorm) bias
   T attention_dropout, ffn_dropout;      ///< on the attention probabilities; after the FFN activation
@@ -52,6 +63,9 @@ struct StackShape {
   auto fields() const {
     return std::tie(d, heads, hidden, seq_len, dropout, ln_gain, ln_bias, attention_dropout, ffn_dropout);
   }
+
+  /// The shared structure, to copy from one shape to another.
+  StackStructure& structure() { return *this; }
 };
 
 /// The weights of one layer for every lane of a batch (LayerWeights, lane-wise).
@@ -90,8 +104,8 @@ auto with_activation(FfnActivation activation, Apply apply) {
   return apply(type_tag<Silu<T>>{});
 }
 
-inline StackShape<double> shape_of(const ModelConfig& c) {
-  StackShape<double> s;
+inline StackStructure structure_of(const ModelConfig& c) {
+  StackStructure s;
   s.arch = c.arch;
   s.activation = c.activation;
   s.final_layernorm = c.final_layernorm;
@@ -102,6 +116,12 @@ inline StackShape<double> shape_of(const ModelConfig& c) {
   s.rotary = {c.rotary_base};
   s.logit_scale = c.logit_scale;
   s.layers = c.layers;
+  return s;
+}
+
+inline StackShape<double> shape_of(const ModelConfig& c) {
+  StackShape<double> s;
+  s.structure() = structure_of(c);
   s.d = static_cast<double>(c.d);
   s.heads = static_cast<double>(c.heads);
   s.hidden = static_cast<double>(c.hidden_width());
@@ -275,13 +295,15 @@ auto make_ffn_block(const StackShape<T>& s, const W& w) {
                                T(w.ffn2_bias), s.ffn_dropout, activation_of<Activation>(s));
 }
 
-// The attention block as the shape says (full or causal), handed to `apply`.
+// The attention block as the shape says (full or causal), handed to
+// `apply`; a causal head's softmax path at the keys' `spread` if given.
 template <class T, class W, class Apply>
-auto with_attention_block(const StackShape<T>& s, const W& w, Apply apply) {
+auto with_attention_block(const StackShape<T>& s, const W& w, Apply apply,
+                          const std::optional<KeySpread<T>>& spread = std::nullopt) {
   if (s.causal)
     return apply(causal_attention_block<T>(s.d, s.heads, s.seq_len, {w.q, w.k, w.v, w.o}, s.dropout,
                                            s.attention_gradient, s.rotary, {w.q_bias, w.k_bias, w.v_bias, w.o_bias},
-                                           s.attention_dropout, s.logit_scale));
+                                           s.attention_dropout, s.logit_scale, spread));
   return apply(make_attention_block(s, w));
 }
 
@@ -295,18 +317,20 @@ auto with_ffn_block(const StackShape<T>& s, const W& w, Apply apply) {
   return apply(make_ffn_block<Activation>(s, w));
 }
 
-// The block of sublayer `which`, handed to `apply`.
+// The block of sublayer `which`, handed to `apply` (`spread`: the attention's).
 template <class Activation, class T, class W, class Apply>
-auto with_block(const StackShape<T>& s, const W& w, Sublayer which, Apply apply) {
-  if (which == Sublayer::attention) return with_attention_block(s, w, std::move(apply));
+auto with_block(const StackShape<T>& s, const W& w, Sublayer which, Apply apply,
+                const std::optional<KeySpread<T>>& spread = std::nullopt) {
+  if (which == Sublayer::attention) return with_attention_block(s, w, std::move(apply), spread);
   return with_ffn_block<Activation>(s, w, std::move(apply));
 }
 
 // with_sublayer around the block with_block builds.
 template <class Activation, class T, class W, class Apply>
-auto on_sublayer(const StackShape<T>& s, const W& w, Sublayer which, Apply apply) {
-  return with_block<Activation>(s, w, which,
-                                [&](auto block) { return with_sublayer(s, w, which, std::move(block), apply); });
+auto on_sublayer(const StackShape<T>& s, const W& w, Sublayer which, Apply apply,
+                 const std::optional<KeySpread<T>>& spread = std::nullopt) {
+  return with_block<Activation>(
+      s, w, which, [&](auto block) { return with_sublayer(s, w, which, std::move(block), apply); }, spread);
 }
 
 // The scalar forms used by the schemes (one configuration).

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -52,8 +54,8 @@ SublayerForward<T> attention_forward(const StackShape<T>& s, const W& w, const M
 
 template <class T, class W>
 GradMoments<T> attention_backward(const StackShape<T>& s, const W& w, SublayerRecords& records, std::size_t n,
-                                  const GradMoments<T>& g) {
-  const auto with_block = [&](auto apply) { return with_attention_block(s, w, std::move(apply)); };
+                                  const GradMoments<T>& g, const std::optional<KeySpread<T>>& spread) {
+  const auto with_block = [&](auto apply) { return with_attention_block(s, w, std::move(apply), spread); };
   return traced_backward(with_block, s, w, Sublayer::attention, records, n, g);
 }
 
@@ -70,9 +72,10 @@ GradMoments<T> ffn_backward(const StackShape<T>& s, const W& w, SublayerRecords&
   return traced_backward(with_block, s, w, Sublayer::ffn, records, n, g);
 }
 
+// The trace; with `positions`, the pairs' columns of each row (lane 0).
 template <class Activation, class T, class W>
 BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, const Moments<T>& input,
-                         const GradMoments<T>& top) {
+                         const GradMoments<T>& top, PositionPairs* positions) {
   const std::size_t N = s.layers;
   BasicTrace<T> t;
   t.rows.resize(N + 1);
@@ -88,14 +91,19 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
     row.domain = f.domain;
   };
   // Causal Pre-LN: each row's length correlation from the pairs of positions.
+  // With them, each attention sublayer's backward at its keys' spread.
   ForwardPairs pairs = start_forward_pairs(s, layers, input);
+  std::vector<std::optional<KeySpread<T>>> spread(N);
   for (std::size_t n = 0; n < N; ++n) {
     t.mid[n].layer = n + 1;
     record(t.mid[n], attention_forward(s, layers[n], t.rows[n].forward, attention_records));
     forward_pairs<Activation>(pairs, Sublayer::attention, s, layers[n], t.rows[n].forward, t.mid[n].forward);
+    spread[n] = key_spread_of(pairs, input.var);
+    record_columns(pairs, Sublayer::attention, positions);
     t.rows[n + 1].layer = n + 1;
     record(t.rows[n + 1], ffn_forward<Activation>(s, layers[n], t.mid[n].forward, ffn_records));
     forward_pairs<Activation>(pairs, Sublayer::ffn, s, layers[n], t.mid[n].forward, t.rows[n + 1].forward);
+    record_columns(pairs, Sublayer::ffn, positions);
     t.rows[n + 1].domain = t.mid[n].domain.worst(t.rows[n + 1].domain);
   }
   t.output = t.rows[N];
@@ -110,7 +118,7 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
   t.output.backward = top;
   for (std::size_t n = N; n-- > 0;) {
     t.mid[n].backward = ffn_backward<Activation>(s, layers[n], ffn_records, n, t.rows[n + 1].backward);
-    t.rows[n].backward = attention_backward(s, layers[n], attention_records, n, t.mid[n].backward);
+    t.rows[n].backward = attention_backward(s, layers[n], attention_records, n, t.mid[n].backward, spread[n]);
   }
   return t;
 }
@@ -122,13 +130,15 @@ BasicTrace<T> trace_with(const StackShape<T>& s, const std::vector<W>& layers, c
   extern_ template SublayerForward<T> attention_forward<T, W>(const StackShape<T>&, const W&, const Moments<T>&, \
                                                               SublayerRecords&);                                \
   extern_ template GradMoments<T> attention_backward<T, W>(const StackShape<T>&, const W&, SublayerRecords&,     \
-                                                           std::size_t, const GradMoments<T>&);
+                                                           std::size_t, const GradMoments<T>&,                   \
+                                                           const std::optional<KeySpread<T>>&);
 SIGPROP_TRACE_ATTENTION(extern, double, LayerWeights)
 SIGPROP_TRACE_ATTENTION(extern, BatchChunk, BatchLayerWeights<BatchChunk>)
 
 #define SIGPROP_TRACE_WITH(extern_, Activation, T, W)                                               \
   extern_ template BasicTrace<T> trace_with<Activation<T>, T, W>(const StackShape<T>&, const std::vector<W>&, \
-                                                                 const Moments<T>&, const GradMoments<T>&);
+                                                                 const Moments<T>&, const GradMoments<T>&,     \
+                                                                 PositionPairs*);
 SIGPROP_TRACE_WITH(extern, Relu, double, LayerWeights)
 SIGPROP_TRACE_WITH(extern, Gelu, double, LayerWeights)
 SIGPROP_TRACE_WITH(extern, Silu, double, LayerWeights)
@@ -139,10 +149,23 @@ SIGPROP_TRACE_WITH(extern, Silu, BatchChunk, BatchLayerWeights<BatchChunk>)
 
 template <class T, class W>
 BasicTrace<T> trace_dispatch(const StackShape<T>& s, const std::vector<W>& layers, const Moments<T>& input,
-                             const GradMoments<T>& top) {
+                             const GradMoments<T>& top, PositionPairs* positions = nullptr) {
   return with_activation<T>(s.activation, [&](auto activation) {
-    return trace_with<typename decltype(activation)::type>(s, layers, input, top);
+    return trace_with<typename decltype(activation)::type>(s, layers, input, top, positions);
   });
+}
+
+// trace() (its checks and messages), with `positions` the pairs' columns.
+inline Trace checked_trace(const ModelConfig& config, const ModelWeights& weights, const GradMoments<double>& grad_top,
+                           PositionPairs* positions) {
+  constexpr const char* fn = "sigprop::trace";
+  config.validate(fn);
+  require_grad_moments(fn, grad_top);
+  require_moments(fn, weights.input);
+  if (weights.layers.size() != config.layers)
+    raise_domain(fn, "weights.layers.size()", std::to_string(weights.layers.size()),
+                 "{layers = " + std::to_string(config.layers) + "}");
+  return trace_dispatch(shape_of(config), weights.layers, weights.input, grad_top, positions);
 }
 
 }  // namespace detail

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -14,32 +15,43 @@
 
 #include "sigprop/models/detail/forward_pairs.hpp"
 #include "sigprop/models/detail/sublayers.hpp"
+#include "sigprop/models/detail/trace_with.hpp"
 #include "sigprop/models/positions.hpp"
 
 namespace sigprop {
 
 namespace detail {
 
+// trace() with the pairs' columns of each row (forward_pairs.hpp).
+struct RecordedTrace {
+  Trace averaged;
+  PositionPairs pairs;
+};
+
+inline RecordedTrace recorded_trace(const ModelConfig& config, const ModelWeights& weights,
+                                    const GradMoments<double>& grad_top = {1, 0}) {
+  RecordedTrace r;
+  r.averaged = checked_trace(config, weights, grad_top, &r.pairs);
+  return r;
+}
+
 // Each position's variance and corr_len from the pairs of positions where
-// trace() carries them, else the closed form's.
+// trace() carries them (t.pairs), else the closed form's.
 template <class Activation>
 PositionTrace trace_positions_with(const StackShape<double>& s, const std::vector<LayerWeights>& layers,
-                                   const Trace& averaged, std::vector<std::size_t> positions) {
+                                   const RecordedTrace& t, std::vector<std::size_t> positions) {
+  const Trace& averaged = t.averaged;
   const std::size_t N = s.layers, P = positions.size();
   PositionTrace p;
   p.positions = std::move(positions);
   p.rows.assign(N + 1, std::vector<Moments<double>>(P, averaged.rows[0].forward));
   p.mid.assign(N, std::vector<Moments<double>>(P));
-  // (forward_pairs.hpp)
-  ForwardPairs pairs = start_forward_pairs(s, layers, averaged.rows[0].forward);
-  Eigen::MatrixXd* C = pairs.lanes.empty() || pairs.lanes[0].size() == 0 ? nullptr : &pairs.lanes[0];
-  const auto from_pairs = [&](std::vector<Moments<double>>& row) {
-    const Eigen::VectorXd inv = C->diagonal().unaryExpr([](double v) { return v > 0 ? 1 / std::sqrt(v) : 0.0; });
-    const double others = double(C->rows() - 1);
+  const bool carried = t.pairs.rows.size() == N && t.pairs.mid.size() == N;
+  const auto from_pairs = [&](std::vector<Moments<double>>& row, const PositionColumn& column) {
     for (std::size_t j = 0; j < P; ++j) {
       const auto i = static_cast<Eigen::Index>(p.positions[j] - 1);
-      row[j].var = (*C)(i, i);
-      row[j].corr_len = std::clamp(inv(i) * (C->col(i).dot(inv) - (*C)(i, i) * inv(i)) / others, -1.0, 1.0);
+      row[j].var = column.var(i);
+      row[j].corr_len = column.corr(i);
     }
   };
   for (std::size_t n = 0; n < N; ++n) {
@@ -67,18 +79,12 @@ PositionTrace trace_positions_with(const StackShape<double>& s, const std::vecto
       }
       return 0;
     });
-    if (C) {
-      attention_pairs_forward(s, w, averaged.rows[n].forward, *C, pairs.work);
-      from_pairs(p.mid[n]);
-    }
+    if (carried) from_pairs(p.mid[n], t.pairs.mid[n]);
     on_sublayer<Activation>(s, w, Sublayer::ffn, [&](const auto& sub) {
       for (std::size_t j = 0; j < P; ++j) p.rows[n + 1][j] = sub.forward(p.mid[n][j]);
       return 0;
     });
-    if (C) {
-      ffn_pairs_forward<Activation>(s, w, averaged.mid[n].forward, *C, pairs.work);
-      from_pairs(p.rows[n + 1]);
-    }
+    if (carried) from_pairs(p.rows[n + 1], t.pairs.rows[n]);
   }
   return p;
 }
@@ -91,14 +97,26 @@ inline GradMoments<double> unit_gradient(GradMoments<double> g, double c) {
   return g;
 }
 
+// The keys' spread trace() took layer n's attention backward at (none
+// where it carries no pairs).
+using Spread = std::optional<KeySpread<double>>;
+
+inline Spread spread_of(const PositionPairs& pairs, std::size_t n) {
+  return n < pairs.spread.size() ? Spread(pairs.spread[n]) : std::nullopt;
+}
+
 // One Pre-LN sublayer's branch backward (norm, then block) at the stream x.
 template <class Activation>
 GradMoments<double> branch_backward(const StackShape<double>& s, const LayerWeights& w, Sublayer which,
-                                    const Moments<double>& x, const GradMoments<double>& g) {
-  return on_sublayer<Activation>(s, w, which, [&](const auto& sub) {
-    const auto& res = residual_of<double>(sub);
-    return res.branch().backward(res.branch_input(x), g);
-  });
+                                    const Moments<double>& x, const GradMoments<double>& g,
+                                    const Spread& spread = std::nullopt) {
+  return on_sublayer<Activation>(
+      s, w, which,
+      [&](const auto& sub) {
+        const auto& res = residual_of<double>(sub);
+        return res.branch().backward(res.branch_input(x), g);
+      },
+      spread);
 }
 
 // Each position's own stream in a Pre-LN sublayer's branch: sqrt(r_i), r_i
@@ -110,7 +128,7 @@ GradMoments<double> branch_backward(const StackShape<double>& s, const LayerWeig
 template <class Activation>
 Eigen::VectorXd position_roots(const StackShape<double>& s, const LayerWeights& w, Sublayer which,
                                const std::vector<Moments<double>>& x, const Moments<double>& average,
-                               const GradMoments<double>& upstream) {
+                               const GradMoments<double>& upstream, const Spread& spread = std::nullopt) {
   Eigen::VectorXd root(static_cast<Eigen::Index>(x.size()));
   on_sublayer<Activation>(s, w, which, [&](const auto& sub) {
     const auto& branch = residual_of<double>(sub).branch();  // serial(norm, block) in Pre-LN
@@ -127,7 +145,7 @@ Eigen::VectorXd position_roots(const StackShape<double>& s, const LayerWeights& 
       root(static_cast<Eigen::Index>(i)) = std::sqrt(math::ratio_or(norm.backward(own, to_norm).var, at_average, 1.0));
     }
     return 0;
-  });
+  }, spread);
   return root;
 }
 
@@ -165,7 +183,8 @@ void positionwise_pairs(const StackShape<double>& s, const LayerWeights& w, Subl
 // position_backward's).
 template <class Activation>
 void attention_pairs(const StackShape<double>& s, const LayerWeights& w, const Moments<double>& x,
-                     const GradMoments<double>& upstream, const Eigen::VectorXd& root, Eigen::MatrixXd& C) {
+                     const GradMoments<double>& upstream, const Eigen::VectorXd& root, const Spread& spread,
+                     Eigen::MatrixXd& C) {
   const Eigen::Index L = C.rows();
   with_block<Activation>(s, w, Sublayer::attention, [&](const auto& block) {
     if constexpr (std::is_same_v<std::decay_t<decltype(block)>, CausalAttentionBlock<double>>) {
@@ -178,7 +197,7 @@ void attention_pairs(const StackShape<double>& s, const LayerWeights& w, const M
       double flat_diagonal = 0;
       for (const auto& p : head.position_backward(h, flat, c * keep)) flat_diagonal += p.var / double(L);
       const double gain =
-          branch_backward<Activation>(s, w, Sublayer::attention, x, unit_gradient(upstream, c)).var;
+          branch_backward<Activation>(s, w, Sublayer::attention, x, unit_gradient(upstream, c), spread).var;
       Eigen::MatrixXd in = C;
       in.diagonal() /= keep;
       Eigen::MatrixXd pairs = head.value_pair_backward(h, in);
@@ -198,7 +217,7 @@ void attention_pairs(const StackShape<double>& s, const LayerWeights& w, const M
         C.col(m) = skip2 * C.col(m) + (scale * root(m)) * root.cwiseProduct(pairs.col(m));
     }
     return 0;
-  });
+  }, spread);
 }
 
 // The listed positions' gradients: the variance from C, the mean
@@ -249,9 +268,10 @@ inline GradMoments<double> position_average(const Eigen::MatrixXd& C, const Grad
 
 template <class Activation>
 PositionGradientTrace trace_position_gradients_with(const StackShape<double>& s,
-                                                    const std::vector<LayerWeights>& layers, const Trace& averaged,
+                                                    const std::vector<LayerWeights>& layers, const RecordedTrace& t,
                                                     const PositionTrace& forward,
                                                     std::vector<std::size_t> positions) {
+  const Trace& averaged = t.averaged;
   const std::size_t N = s.layers;
   const Eigen::Index L = static_cast<Eigen::Index>(s.seq_len);
   PositionGradientTrace out;
@@ -289,9 +309,10 @@ PositionGradientTrace trace_position_gradients_with(const StackShape<double>& s,
     out.mid_average[n] = position_average(C, averaged.mid[n].backward);
     const Moments<double>& x = averaged.rows[n].forward;
     const GradMoments<double>& g_attention = averaged.mid[n].backward;
+    const Spread spread = spread_of(t.pairs, n);
     attention_pairs<Activation>(
-        s, w, x, g_attention, position_roots<Activation>(s, w, Sublayer::attention, forward.rows[n], x, g_attention),
-        C);
+        s, w, x, g_attention,
+        position_roots<Activation>(s, w, Sublayer::attention, forward.rows[n], x, g_attention, spread), spread, C);
     out.rows[n] = position_grads(C, averaged.rows[n].backward, out.positions, "of row " + std::to_string(n));
     out.average[n] = position_average(C, averaged.rows[n].backward);
   }
@@ -327,12 +348,12 @@ SIGPROP_DECL PositionTrace trace_positions(const ModelConfig& config, const Mode
                                            std::vector<std::size_t> positions) {
   constexpr const char* fn = "sigprop::trace_positions";
   detail::require_causal(fn, config);
-  const Trace averaged = trace(config, weights);  // validates config and weights
+  const detail::RecordedTrace t = detail::recorded_trace(config, weights);  // validates config and weights
   positions = detail::checked_positions(fn, std::move(positions), config.seq_len);
   const auto s = detail::shape_of(config);
   return detail::with_activation<double>(s.activation, [&](auto activation) {
     using Activation = typename decltype(activation)::type;
-    return detail::trace_positions_with<Activation>(s, weights.layers, averaged, std::move(positions));
+    return detail::trace_positions_with<Activation>(s, weights.layers, t, std::move(positions));
   });
 }
 
@@ -347,7 +368,7 @@ SIGPROP_DECL PositionGradientTrace trace_position_gradients(const ModelConfig& c
   if (config.seq_len > max_pair_positions)
     detail::raise_domain(fn, "seq_len", std::to_string(config.seq_len),
                          "[2, " + std::to_string(max_pair_positions) + "] (the gradient's L x L pairs of positions)");
-  const Trace averaged = trace(config, weights, grad_top);  // validates config, weights and grad_top
+  const detail::RecordedTrace t = detail::recorded_trace(config, weights, grad_top);  // validates the arguments
   // One correlation between every pair of L positions is a covariance only
   // down to -1/(L - 1) (its matrix has the eigenvalue 1 + (L - 1) r).
   const double lowest = -1 / double(config.seq_len - 1);
@@ -360,9 +381,9 @@ SIGPROP_DECL PositionGradientTrace trace_position_gradients(const ModelConfig& c
   return detail::with_activation<double>(s.activation, [&](auto activation) {
     using Activation = typename decltype(activation)::type;
     // every position's stream (trace_positions: the variances from the pairs of positions)
-    const PositionTrace forward = detail::trace_positions_with<Activation>(
-        s, weights.layers, averaged, detail::checked_positions(fn, {}, config.seq_len));
-    return detail::trace_position_gradients_with<Activation>(s, weights.layers, averaged, forward,
+    const PositionTrace forward =
+        detail::trace_positions_with<Activation>(s, weights.layers, t, detail::checked_positions(fn, {}, config.seq_len));
+    return detail::trace_position_gradients_with<Activation>(s, weights.layers, t, forward,
                                                              std::move(positions));
   });
 }

@@ -32,25 +32,10 @@ inline BasicTraceRow<Batch> batch_row(std::size_t layer, Eigen::Index lanes) {
   return r;
 }
 
-// The structure every lane of a batch shares must agree with configs[0]'s.
-inline bool same_structure(const ModelConfig& a, const ModelConfig& b) {
-  return a.arch == b.arch && a.activation == b.activation && a.layers == b.layers &&
-         a.final_layernorm == b.final_layernorm && a.attention_gradient == b.attention_gradient &&
-         a.norm == b.norm && a.causal == b.causal && a.gated_ffn == b.gated_ffn && a.rotary_base == b.rotary_base &&
-         a.logit_scale == b.logit_scale;
-}
-
 }  // namespace detail
 
 SIGPROP_DECL Trace trace(const ModelConfig& config, const ModelWeights& weights, const GradMoments<double>& grad_top) {
-  constexpr const char* fn = "sigprop::trace";
-  config.validate(fn);
-  require_grad_moments(fn, grad_top);
-  require_moments(fn, weights.input);
-  if (weights.layers.size() != config.layers)
-    detail::raise_domain(fn, "weights.layers.size()", std::to_string(weights.layers.size()),
-                         "{layers = " + std::to_string(config.layers) + "}");
-  return detail::trace_dispatch(detail::shape_of(config), weights.layers, weights.input, grad_top);
+  return detail::checked_trace(config, weights, grad_top, nullptr);
 }
 
 SIGPROP_DECL BatchTrace trace_batch(const std::vector<ModelConfig>& configs, const std::vector<ModelWeights>& weights,
@@ -66,7 +51,7 @@ SIGPROP_DECL BatchTrace trace_batch(const std::vector<ModelConfig>& configs, con
     const ModelConfig& c = configs[i];
     c.validate(fn);
     require_moments(fn, weights[i].input);
-    if (!detail::same_structure(c, first))
+    if (detail::structure_of(c) != detail::structure_of(first))  // a batch shares its structure
       detail::raise_domain(fn, "configs[" + std::to_string(i) +
                                    "].arch, activation, layers, final_layernorm, attention_gradient, norm, causal, "
                                    "gated_ffn, rotary_base or logit_scale differs from configs[0]'s: a batch shares its structure");
@@ -81,17 +66,7 @@ SIGPROP_DECL BatchTrace trace_batch(const std::vector<ModelConfig>& configs, con
   for (std::size_t k = 1; k <= N; ++k) out.mid.push_back(detail::batch_row(k, lanes));
   out.output = detail::batch_row(N, lanes);
   StackShape<BatchChunk> s;
-  const StackShape<double> shared = detail::shape_of(first);
-  s.arch = shared.arch;
-  s.activation = shared.activation;
-  s.final_layernorm = shared.final_layernorm;
-  s.attention_gradient = shared.attention_gradient;
-  s.norm = shared.norm;
-  s.causal = shared.causal;
-  s.gated = shared.gated;
-  s.rotary = shared.rotary;
-  s.logit_scale = shared.logit_scale;
-  s.layers = N;
+  s.structure() = detail::structure_of(first);
   std::vector<BatchLayerWeights<BatchChunk>> layers(N);
   Moments<BatchChunk> input;
   GradMoments<BatchChunk> top;

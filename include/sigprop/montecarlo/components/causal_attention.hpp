@@ -67,6 +67,16 @@ inline CausalAttentionSimulation simulate_positions(const CausalAttention<double
   return s;
 }
 
+/// The Cholesky factor L (L L^T = m) of a covariance between positions `m`
+/// (named `what`), which must be positive definite and seq_len x seq_len.
+inline Eigen::MatrixXd cholesky_root(const char* fn, const std::string& what, const Eigen::MatrixXd& m,
+                                     Eigen::Index seq_len) {
+  const Eigen::LLT<Eigen::MatrixXd> factor(m);
+  if (m.rows() != seq_len || m.cols() != seq_len || factor.info() != Eigen::Success)
+    sigprop::detail::raise_domain(fn, what + " must be a positive definite seq_len x seq_len matrix");
+  return factor.matrixL();
+}
+
 /// The value path's input-gradient covariance between positions, as
 /// CausalAttention::value_pair_backward predicts it: the upstream gradient
 /// (L x d_k) has covariance `upstream` between positions in every column
@@ -86,10 +96,7 @@ inline PairCovarianceSimulation simulate_value_pairs(const CausalAttention<doubl
   const Eigen::Index d_in = to_size(fn, "d_in", head.d_in());
   const Eigen::Index d_k = to_size(fn, "d_k", head.d_k());
   const Eigen::Index seq_len = to_size(fn, "seq_len", head.seq_len());
-  const Eigen::LLT<Eigen::MatrixXd> factor(upstream);
-  if (upstream.rows() != seq_len || upstream.cols() != seq_len || factor.info() != Eigen::Success)
-    sigprop::detail::raise_domain(fn, "upstream must be a positive definite seq_len x seq_len matrix");
-  const Eigen::MatrixXd root = factor.matrixL();
+  const Eigen::MatrixXd root = cholesky_root(fn, "upstream", upstream, seq_len);
   Random rng(setup.seed);
   Eigen::MatrixXd sum = Eigen::MatrixXd::Zero(seq_len, seq_len), sum_sq = sum;
   for (std::size_t trial = 0; trial < setup.trials; ++trial) {
@@ -106,6 +113,33 @@ inline PairCovarianceSimulation simulate_value_pairs(const CausalAttention<doubl
   const Eigen::MatrixXd spread = (sum_sq / n - s.mean.cwiseProduct(s.mean)).cwiseMax(0.0) * (n / std::max(n - 1, 1.0));
   s.std_error = (spread / n).cwiseSqrt();
   return s;
+}
+
+/// The softmax path's input-gradient variance (the mean over positions and
+/// trials), as CausalAttention::softmax_path predicts it with the keys'
+/// spread of `pairs` (CausalAttention::key_spread): the input has the
+/// covariance `pairs` between positions in every hidden unit (its Cholesky
+/// factor times standard normals, mean 0), the upstream gradient moments `grad`.
+inline Estimate simulate_softmax_path(const CausalAttention<double>& layer, const Eigen::MatrixXd& pairs,
+                                      const GradMoments<double>& grad, const SimulationSetup& setup) {
+  constexpr const char* fn = "sigprop::montecarlo::simulate_softmax_path";
+  require_setup(fn, setup);
+  require_grad_moments(fn, grad);
+  const Attention<double>& head = layer.full();
+  const Eigen::Index d_in = to_size(fn, "d_in", head.d_in());
+  const Eigen::Index d_k = to_size(fn, "d_k", head.d_k());
+  const Eigen::Index seq_len = to_size(fn, "seq_len", head.seq_len());
+  const Eigen::MatrixXd root = cholesky_root(fn, "pairs", pairs, seq_len);
+  Random rng(setup.seed);
+  std::vector<double> per_trial;
+  for (std::size_t trial = 0; trial < setup.trials; ++trial) {
+    HeadDraw h = draw_head(head, {0, 1, 0, 0}, rng);
+    h.x = root * rng.normal_matrix(seq_len, d_in, 1.0);
+    const Eigen::MatrixXd g = sample_gradient(seq_len, d_k, grad, rng);
+    per_trial.push_back(attention_trial(h, g, true).grad_softmax_path.squaredNorm() /
+                        static_cast<double>(seq_len * d_in));
+  }
+  return detail::mean_estimate(per_trial);
 }
 
 /// The same for an upstream gradient of moments `grad` at every position.
