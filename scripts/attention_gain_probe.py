@@ -13,7 +13,14 @@ of the weights:
                    of positions (its pairs; no per-sequence fluctuation around them);
   value path       both again with the softmax weights held fixed (the value path alone);
   own / other      the gain with the stack's own backpropagated gradient at the sublayer's
-                   output, and with another sequence's (the batch rolled by one).
+                   output, and with another sequence's (the batch rolled by one);
+  hidden cov       gaussian, with the real stream's mean d x d covariance of hidden units as well
+                   (its anisotropy);
+  sequence corr    gaussian, each sequence's mean pairs rescaled to that real sequence's own
+                   length correlation (the per-sequence correlation, the pairs' shape fixed);
+  own pairs        rows with exactly each real sequence's L x L pairs X X^T/d, in random
+                   directions (a random orthonormal frame; the rest of the real rows dropped);
+  mean pairs       rows with exactly the mean pairs in a random frame (no fluctuation at all).
 
 `build/examples/decoder_depth --dropout 0 --diagnose 0 --layers 12` prints the closed form's
 gain for the same i.i.d. upstream gradient at the trace's averaged state.
@@ -74,10 +81,12 @@ def main():
         (g_in,) = torch.autograd.grad(out, x, g)
         return float(g_in.pow(2).sum() / g.pow(2).sum() - 1)
 
-    names = ["var", "corr", "real", "gaussian", "real value path", "gaussian value path", "own", "other"]
+    names = ["var", "corr", "real", "gaussian", "real value path", "gaussian value path", "own", "other",
+             "hidden cov", "sequence corr", "own pairs", "mean pairs"]
     per_draw = torch.zeros(a.draws, N, len(names))
     draws = []
     covariance = [torch.zeros(L, L) for _ in range(N)]
+    hidden = [torch.zeros(d, d) for _ in range(N)]
     for t in range(a.draws):  # the stacks, their streams and their own gradients
         Ws = [layer_weights() for _ in range(N)]
         shared = torch.randn(B, 1, d)
@@ -87,6 +96,7 @@ def main():
             streams.append(x.detach())
             C = torch.einsum("bid,bjd->ij", x.detach(), x.detach()) / (B * d)
             covariance[n] += C / a.draws
+            hidden[n] += torch.einsum("bid,bie->de", x.detach(), x.detach()) / (B * L * a.draws)
             per_draw[t, n, 0] = C.trace() / L
             per_draw[t, n, 1] = (C.sum() - C.trace()) / (L - 1) / C.trace()
             mid = x + attention(norm(x), W)
@@ -101,6 +111,12 @@ def main():
             per_draw[t, n, 7] = gain(streams[n], W, g[rolled])
         draws.append((Ws, streams))
     roots = [torch.linalg.cholesky(C + 1e-12 * torch.eye(L)) for C in covariance]
+    hidden_roots = [torch.linalg.cholesky(S * d / S.trace() + 1e-10 * torch.eye(d)) for S in hidden]
+    extra = torch.Generator().manual_seed(a.seed + 1)  # the last four columns' draws, apart from the rest
+
+    def mean_corr(C):
+        diagonal = C.diagonal(dim1=-2, dim2=-1)
+        return (C.sum((-1, -2)) - diagonal.sum(-1)) / (L * (L - 1)) / diagonal.mean(-1)
     for t, (Ws, streams) in enumerate(draws):  # the i.i.d. upstream gradient, real and Gaussian streams
         for n, W in enumerate(Ws):
             gaussian = torch.einsum("ij,bjd->bid", roots[n], torch.randn(B, L, d))
@@ -110,6 +126,19 @@ def main():
                 value_only[0] = fixed
                 per_draw[t, n, 2 + column] = gain(stream, W, g)
             value_only[0] = False
+            z = torch.randn(B, L, d, generator=extra)
+            per_draw[t, n, 8] = gain(torch.einsum("ij,bjd->bid", roots[n], z) @ hidden_roots[n].T, W, g)
+            own = torch.einsum("bid,bjd->bij", streams[n], streams[n]) / d
+            scale = covariance[n].diagonal().mean()
+            mean_pairs, r = covariance[n] / scale, mean_corr(own)
+            r_mean = mean_corr(mean_pairs)
+            rescaled = r[:, None, None] + ((1 - r) / (1 - r_mean))[:, None, None] * (mean_pairs - r_mean)
+            root = torch.linalg.cholesky(scale * rescaled + 1e-9 * torch.eye(L))
+            per_draw[t, n, 9] = gain(torch.einsum("bij,bjd->bid", root, z), W, g)
+            frame = torch.linalg.qr(torch.randn(B, d, L, generator=extra))[0].transpose(1, 2) * math.sqrt(d)
+            root = torch.linalg.cholesky(own + 1e-9 * torch.eye(L))
+            per_draw[t, n, 10] = gain(torch.einsum("bij,bjd->bid", root, frame), W, g)
+            per_draw[t, n, 11] = gain(torch.einsum("ij,bjd->bid", roots[n], frame), W, g)
     mean = per_draw.mean(0)
     se = per_draw.std(0) / math.sqrt(a.draws)
     print("| n | " + " | ".join(names) + " |")

@@ -16,7 +16,9 @@ factor is then the closed form's for the rotated keys (the spread's query factor
 part, its key factor on the rotated shared part), without rotation the query factor itself; the R o T
 form takes the rotated keys' covariance as R o T (T_km the mean over the coordinate pairs of
 cos((k - m) theta_j)) and the query path as sum_i w_i <H R_i H, H (R o T)_i H>/(i - 1), against the same
-at one correlation.
+at one correlation; the lag-weighted R o T form weights each pair of keys k, m in it by exp(beta (T_km - 1)),
+the lognormal weight the rotated shared part of the scores gives two keys, beta = (2 d/(d + d_k))^2 r^2 the
+shared part's score variance for these heads.
 
     /usr/bin/python3 scripts/key_spread_probe.py [--layers 3,6,9,12] [--draws 8] [--paths-draws 16] [--rotary 0]
 """
@@ -27,13 +29,14 @@ import math
 import torch
 
 
-def keys_spread(R, r, turns=None):
+def keys_spread(R, r, turns=None, beta=0.0):
     """spread_of_pairs: over queries i = 2..L, w_i = (i - 1)/i^2, K_i = H R_i H. With rotary
     embeddings (turns: T_km = the mean over the coordinate pairs of cos((k - m) theta_j)), also
     the factor the closed form then gives the query path, (query pos^2 + key pos rot)/(pos^2 + pos rot)
     with pos rot = sum w_i <H R1_i H, H (R1 o T)_i H>/(i - 1) - pos^2 at one correlation R1."""
     L = R.shape[0]
     query = key = weights = rotated = turned = 0.0
+    lag = torch.exp(beta * (turns - 1)) if turns is not None else None
     one = torch.full((L, L), r)
     one.fill_diagonal_(1.0)
     for i in range(2, L + 1):
@@ -45,8 +48,8 @@ def keys_spread(R, r, turns=None):
         weights += w
         if turns is not None:
             K1 = H @ one[:i, :i] @ H
-            rotated += w * float((K1 * (H @ (one[:i, :i] * turns[:i, :i]) @ H)).sum()) / (i - 1)
-            turned += w * float((K * (H @ (R[:i, :i] * turns[:i, :i]) @ H)).sum()) / (i - 1)
+            rotated += w * float((K1 * lag[:i, :i] * one[:i, :i] * turns[:i, :i]).sum()) / (i - 1)
+            turned += w * float((K * lag[:i, :i] * R[:i, :i] * turns[:i, :i]).sum()) / (i - 1)
     pos = (1 - r) ** 2
     query, key = query / (weights * pos), key / (weights * (1 - r))
     if turns is None:
@@ -127,9 +130,10 @@ def main():
               " ".join(f"{float(torch.diagonal(late, lag).mean()):.3f}" for lag in (1, 2, 8, L // 2 - 1)) + " | " +
               " ".join(f"{float(R[0, j - 1]):.3f}" for j in (2, 8, L)) + " |")
     print()
-    print("| layer | r | keys' spread (query, key) | the query path's factor | R o T form | one correlation: value /"
+    print("| layer | r | keys' spread (query, key) | the query path's factor | R o T form | lag-weighted R o T form |"
+          " one correlation: value /"
           " query / key path gain | real pairs / one correlation: value | query | key |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     turns = None
     if a.rotary:
         lag = (torch.arange(L)[:, None] - torch.arange(L)[None, :]).double()
@@ -158,8 +162,10 @@ def main():
         mean, se = ratio.mean(0), ratio.std(0) / math.sqrt(a.paths_draws)
         at_one = gains[:, 1].mean(0)
         q, k, q_path, q_turned = keys_spread(R, r, turns)
+        beta = (2 * d / (d + dk)) ** 2 * r**2
+        q_lagged = keys_spread(R, r, turns, beta)[3]
         cells = " | ".join(f"{mean[c]:.3f} ({se[c]:.3f})" for c in range(3))
-        print(f"| {n} | {r:.3f} | {q:.3f}, {k:.3f} | {q_path:.3f} | {q_turned:.3f} | {at_one[0]:.5f} / {at_one[1]:.5f} /"
+        print(f"| {n} | {r:.3f} | {q:.3f}, {k:.3f} | {q_path:.3f} | {q_turned:.3f} | {q_lagged:.3f} | {at_one[0]:.5f} / {at_one[1]:.5f} /"
               f" {at_one[2]:.5f} | {cells} |")
 
 
